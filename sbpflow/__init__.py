@@ -1,0 +1,40 @@
+"""sbpflow: a deep-learning framework rebuilding OneFlow's architecture in Python.
+
+`import sbpflow as flow` gives PyTorch's API for local tensors.
+"""
+
+from __future__ import annotations
+
+from . import ops
+from ._core.dtype import (
+    bfloat16, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
+    set_default_dtype, uint8,
+)
+from ._core.dtype import DType as dtype  # noqa: N813 - torch's name
+from ._core.dtype import bool_ as bool  # noqa: A001 - torch's name
+from ._core.dtype import promote_types
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .device import Device as device  # noqa: N813
+from .framework import interpreter as _interpreter  # noqa: F401  (installs the dispatcher)
+from .framework.functional import *  # noqa: F403
+from .framework.generator import Generator, default_generator, initial_seed, manual_seed, seed
+from .framework.tensor import Size, Tensor
+from . import autograd  # noqa: E402
+
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+short = int16
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(t: Tensor) -> bool:
+    return t.dtype.is_floating_point
+
+
+__version__ = "0.1.0"

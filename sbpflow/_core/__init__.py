@@ -1,0 +1,1 @@
+"""Bottom layer: dtypes, errors and frozen metadata shared by every other layer."""

@@ -1,0 +1,179 @@
+"""Autograd graph nodes.
+
+A node maps the gradients of its outputs to the gradients of its inputs.  `next_functions`
+holds one edge (node, output_nr) per input, or None where no gradient is needed.  Tensors
+saved for backward remember their version, so an in-place change after saving raises torch's
+error instead of giving a wrong gradient.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+_seq = itertools.count()
+
+_FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you "
+    "call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward "
+    "through the graph a second time or if you need to access saved tensors after calling "
+    "backward."
+)
+
+
+class SavedTensor:
+    """A tensor saved for backward, with the version it had when saved."""
+
+    __slots__ = ("tensor", "version", "node_name", "output_nr")
+
+    def __init__(self, tensor, node_name: str, output_nr: int = 0):
+        self.tensor = tensor
+        self.version = tensor._version
+        self.node_name = node_name
+        self.output_nr = output_nr
+
+    def unpack(self):
+        t = self.tensor
+        if t is None:
+            raise RuntimeError(_FREED)
+        if t._version != self.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{t._type_name()} {list(t.shape)}], which is output "
+                f"{self.output_nr} of {self.node_name}, is at version {t._version}; expected "
+                f"version {self.version} instead. Hint: the backtrace further above can point "
+                "to the operation that failed to compute its gradient."
+            )
+        return t
+
+
+class Node:
+    __slots__ = ("next_functions", "pre_hooks", "seq", "__weakref__")
+
+    def __init__(self, next_functions=()):
+        self.next_functions = tuple(next_functions)
+        self.pre_hooks = None  # {output_nr: [hook]}: hooks of non-leaf tensors
+        self.seq = next(_seq)
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def apply(self, grads: list):
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Drop saved tensors after a backward without retain_graph."""
+
+    def register_prehook(self, output_nr: int, hook) -> None:
+        if self.pre_hooks is None:
+            self.pre_hooks = {}
+        self.pre_hooks.setdefault(output_nr, []).append(hook)
+
+    def __repr__(self):
+        return f"<{self.name()} object at {id(self):#x}>"
+
+
+class AccumulateGrad(Node):
+    """The sink for a leaf tensor: adds the incoming gradient into `leaf.grad`."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        super().__init__(())
+        self.variable = variable
+
+    def apply(self, grads):
+        raise AssertionError("AccumulateGrad is handled by the engine")
+
+
+class OpNode(Node):
+    """The backward of one op call: runs `opdef.grad` with the saved inputs and outputs."""
+
+    __slots__ = ("opdef", "attrs", "saved_inputs", "saved_outputs", "in_metas", "out_metas",
+                 "needs_input_grad", "_make_output", "_name")
+
+    def __init__(self, opdef, attrs, inputs, outputs, in_metas, out_metas, next_functions,
+                 make_output):
+        super().__init__(next_functions)
+        self.opdef = opdef
+        self.attrs = attrs
+        self._name = _camel(opdef.name) + "Backward0"
+        self.saved_inputs = [SavedTensor(t, self._name) for t in inputs]
+        # Outputs are saved as bare storage; `make_output` rebuilds a tensor whose grad_fn is
+        # this node, so saving them makes no reference cycle.
+        self.saved_outputs = [(o._data_ref(), o._version) for o in outputs]
+        self._make_output = make_output
+        self.in_metas = in_metas
+        self.out_metas = out_metas
+        self.needs_input_grad = tuple(e is not None for e in next_functions)
+
+    def name(self) -> str:
+        return self._name
+
+    def apply(self, grads):
+        if self.saved_inputs is None:
+            raise RuntimeError(_FREED)
+        ctx = GradContext(self)
+        result = self.opdef.grad(ctx, *grads)
+        if not isinstance(result, (tuple, list)):
+            result = (result,)
+        return list(result)
+
+    def release(self):
+        self.saved_inputs = None
+        self.saved_outputs = None
+
+
+class GradContext:
+    """What a grad rule sees: saved inputs/outputs (version-checked), attrs, metas."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: OpNode):
+        self._node = node
+
+    @property
+    def inputs(self):
+        return tuple(s.unpack() for s in self._node.saved_inputs)
+
+    def input(self, i: int):
+        return self._node.saved_inputs[i].unpack()
+
+    @property
+    def outputs(self):
+        return tuple(self.output(i) for i in range(len(self._node.saved_outputs)))
+
+    def output(self, i: int):
+        node = self._node
+        ref, version = node.saved_outputs[i]
+        t = node._make_output(ref, node.out_metas[i], node, i)
+        if t._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{t._type_name()} {list(t.shape)}], which is output {i} "
+                f"of {node.name()}, is at version {t._version}; expected version {version} "
+                "instead."
+            )
+        return t
+
+    @property
+    def attrs(self):
+        return self._node.attrs
+
+    @property
+    def in_metas(self):
+        return self._node.in_metas
+
+    @property
+    def out_metas(self):
+        return self._node.out_metas
+
+    @property
+    def needs_input_grad(self):
+        return self._node.needs_input_grad
+
+
+def _camel(name: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_"))
+
+

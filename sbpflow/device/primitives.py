@@ -1,0 +1,328 @@
+"""The closed primitive set, and its CPU (NumPy) implementation.
+
+Kernels touch arrays only through these methods; a device is a `Primitives` subclass.  Arrays
+are opaque to kernels: they may read `.shape`, `.dtype` and `.ndim` and nothing else.  The
+`mock` device enforces that.
+
+The set, by family:
+  memory      empty, full, copy (broadcasting write into dst), contiguous, cast,
+              from_host, to_host
+  elementwise unary, binary (broadcasting), where
+  reduce      reduce (sum/prod/max/min/any/all/argmax/argmin), scan (cumsum/cumprod)
+  linalg      matmul (batched, broadcasting)
+  layout      permute, reshape (a view; fails if impossible), slice (basic-index view),
+              broadcast_to (a stride-0 view), windows / windows_add (sliding windows and
+              their adjoint, for convolution and pooling), flip
+  index       gather, scatter (in place), index (advanced indexing), index_put (in place),
+              sort
+  nn          softmax, log_softmax, pad
+  random      random (counter-based, see random.py)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.dtype import DType
+from . import random as _rng
+from .special import erf as _erf
+
+
+def _arr(r):
+    """NumPy returns scalars for 0-d results; primitives always return arrays."""
+    return r if type(r) is np.ndarray else np.asarray(r)
+
+
+def _sigmoid(x):
+    # Stable for large |x|: exp of a non-positive number only.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+
+
+def _round_half_even(x):
+    return np.round(x)
+
+
+_UNARY = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "log2": np.log2,
+    "log10": np.log10,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
+    "reciprocal": np.reciprocal,
+    "square": np.square,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "sigmoid": _sigmoid,
+    "erf": lambda x: _erf(x).astype(x.dtype, copy=False),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": _round_half_even,
+    "trunc": np.trunc,
+    "sign": np.sign,
+    "logical_not": np.logical_not,
+    "bitwise_not": np.invert,
+    "isnan": np.isnan,
+    "isinf": np.isinf,
+    "isfinite": np.isfinite,
+    "signbit": np.signbit,
+}
+
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.true_divide,
+    "floor_divide": np.floor_divide,
+    "remainder": np.remainder,
+    "fmod": np.fmod,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "atan2": np.arctan2,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift,
+    "right_shift": np.right_shift,
+}
+
+_REDUCE = {
+    "sum": np.sum,
+    "prod": np.prod,
+    "max": np.max,
+    "min": np.min,
+    "any": np.any,
+    "all": np.all,
+}
+
+_SCAN = {"cumsum": np.cumsum, "cumprod": np.cumprod}
+
+
+class Primitives:
+    """CPU primitives over NumPy arrays.  Subclasses (mock, later CuPy) keep the signatures."""
+
+    name = "cpu"
+
+    # -- memory -------------------------------------------------------------------------
+    def empty(self, shape, dtype: DType):
+        return np.empty(shape, dtype.np)
+
+    def full(self, shape, dtype: DType, value):
+        return np.full(shape, value, dtype.np)
+
+    def copy(self, dst, src):
+        """Write `src` (broadcast, cast) into `dst` in place; return dst."""
+        np.copyto(dst, src, casting="unsafe")
+        return dst
+
+    def contiguous(self, x):
+        """A fresh C-contiguous copy."""
+        return np.array(x, copy=True, order="C")
+
+    def cast(self, x, dtype: DType):
+        """A fresh array of `dtype` (always a copy, so outputs never alias inputs)."""
+        return np.asarray(x).astype(dtype.np, copy=True)
+
+    def from_host(self, ndarray, dtype: DType):
+        return np.array(ndarray, dtype=dtype.np, copy=True, order="C")
+
+    def to_host(self, x):
+        """A NumPy view of the device array (CPU: the array itself)."""
+        return x
+
+    # -- elementwise --------------------------------------------------------------------
+    def unary(self, op: str, x):
+        return _arr(_UNARY[op](x))
+
+    def binary(self, op: str, a, b):
+        return _arr(_BINARY[op](a, b))
+
+    def where(self, cond, a, b):
+        return _arr(np.where(cond, a, b))
+
+    # -- reductions ---------------------------------------------------------------------
+    def reduce(self, op: str, x, axes: tuple[int, ...], keepdims: bool = False):
+        if op in ("argmax", "argmin"):
+            (axis,) = axes
+            f = np.argmax if op == "argmax" else np.argmin
+            return _arr(f(x, axis=axis, keepdims=keepdims))
+        return _arr(_REDUCE[op](x, axis=axes, keepdims=keepdims))
+
+    def scan(self, op: str, x, axis: int, dtype: DType | None = None):
+        return _SCAN[op](x, axis=axis, dtype=None if dtype is None else dtype.np)
+
+    # -- linalg -------------------------------------------------------------------------
+    def matmul(self, a, b):
+        return _arr(np.matmul(a, b))
+
+    # -- layout (views share memory with their input) -------------------------------------
+    def permute(self, x, perm):
+        return np.transpose(x, perm)
+
+    def reshape(self, x, shape):
+        """A view with a new shape; raises ValueError when the strides do not allow one."""
+        v = x.view()
+        v.shape = shape
+        return v
+
+    def slice(self, x, key):
+        """Basic indexing (ints, slices with positive steps, None, Ellipsis): a view."""
+        return x[key]
+
+    def broadcast_to(self, x, shape):
+        return np.broadcast_to(x, shape)
+
+    def flip(self, x, axes):
+        return np.flip(x, axes)
+
+    def windows(self, x, window, stride, dilation):
+        """Sliding windows over the trailing len(window) axes: a view shaped
+        (*lead, *out_spatial, *window)."""
+        k = len(window)
+        lead = x.shape[:-k]
+        spatial = x.shape[-k:]
+        out = tuple(
+            (n - d * (w - 1) - 1) // s + 1 for n, w, s, d in zip(spatial, window, stride, dilation)
+        )
+        st = x.strides
+        strides = (
+            st[:-k]
+            + tuple(st[-k + i] * stride[i] for i in range(k))
+            + tuple(st[-k + i] * dilation[i] for i in range(k))
+        )
+        return np.lib.stride_tricks.as_strided(
+            x, lead + out + tuple(window), strides, writeable=False
+        )
+
+    def windows_add(self, dst, cols, window, stride, dilation):
+        """Adjoint of `windows`: add cols (*lead, *out, *window) into dst (*lead, *spatial)."""
+        k = len(window)
+        out = cols.shape[-2 * k : -k]
+        for w_idx in np.ndindex(*window):
+            key = (Ellipsis,) + tuple(
+                slice(w_idx[i] * dilation[i], w_idx[i] * dilation[i] + stride[i] * out[i],
+                      stride[i])
+                for i in range(k)
+            )
+            dst[key] += cols[(Ellipsis,) + tuple(slice(None) for _ in range(k)) + w_idx]
+        return dst
+
+    # -- indexing -------------------------------------------------------------------------
+    def gather(self, x, axis: int, index):
+        return np.take_along_axis(x, index, axis)
+
+    def scatter(self, dst, axis: int, index, src, reduce: str | None = None):
+        """In place: dst[..., index[i], ...] = (or +=, *=) src[i] along `axis`."""
+        idx = list(np.indices(index.shape, sparse=True))
+        idx[axis] = index
+        idx = tuple(idx)
+        if np.ndim(src):
+            src = src[tuple(slice(0, n) for n in index.shape)]
+        if reduce is None:
+            dst[idx] = src
+        elif reduce == "add":
+            np.add.at(dst, idx, src)
+        elif reduce == "multiply":
+            np.multiply.at(dst, idx, src)
+        elif reduce == "amax":
+            np.maximum.at(dst, idx, src)
+        elif reduce == "amin":
+            np.minimum.at(dst, idx, src)
+        else:
+            raise ValueError(f"scatter: unknown reduce {reduce!r}")
+        return dst
+
+    def index(self, x, key):
+        """Advanced indexing (a copy)."""
+        return x[key]
+
+    def index_put(self, dst, key, value, accumulate: bool = False):
+        if accumulate:
+            np.add.at(dst, key, value)
+        else:
+            dst[key] = value
+        return dst
+
+    def sort(self, x, axis: int, descending: bool = False, stable: bool = True):
+        """(values, indices) along axis."""
+        idx = np.argsort(-x if descending else x, axis=axis, kind="stable")
+        return np.take_along_axis(x, idx, axis), idx
+
+    # -- nn -------------------------------------------------------------------------------
+    def softmax(self, x, axis: int):
+        m = np.max(x, axis=axis, keepdims=True)
+        e = np.exp(x - m)
+        e /= np.sum(e, axis=axis, keepdims=True)
+        return e
+
+    def log_softmax(self, x, axis: int):
+        m = np.max(x, axis=axis, keepdims=True)
+        s = x - m
+        s -= np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+        return s
+
+    def pad(self, x, pad_width, mode: str = "constant", value=0):
+        """pad_width: ((before, after), ...) per axis, non-negative."""
+        if mode == "constant":
+            return np.pad(x, pad_width, mode="constant", constant_values=value)
+        return np.pad(x, pad_width, mode={"reflect": "reflect", "replicate": "edge",
+                                          "circular": "wrap"}[mode])
+
+    # -- random ---------------------------------------------------------------------------
+    def random(self, kind: str, dtype: DType, seed: int, offset: int, logical_shape,
+               piece, **params):
+        """A piece of a logical random tensor.
+
+        kind: "uniform" (low, high), "normal" (mean, std), "randint" (low, high),
+        "bernoulli" (p).  `piece` is one slice per axis of the logical shape.
+        """
+        if kind == "normal":
+            w = _rng.words_for_piece(seed, offset, logical_shape, piece, 2)
+            u1 = _rng.uniform_from_words(w[..., 0])
+            u2 = _rng.uniform_from_words(w[..., 1])
+            z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
+            out = params.get("mean", 0.0) + params.get("std", 1.0) * z
+        else:
+            w = _rng.words_for_piece(seed, offset, logical_shape, piece, 1)[..., 0]
+            if kind == "uniform":
+                lo, hi = params.get("low", 0.0), params.get("high", 1.0)
+                out = lo + (hi - lo) * _rng.uniform_from_words(w)
+            elif kind == "randint":
+                lo, hi = params["low"], params["high"]
+                out = lo + (w % np.uint64(hi - lo)).astype(np.int64)
+            elif kind == "bernoulli":
+                out = _rng.uniform_from_words(w) < params["p"]
+            else:
+                raise ValueError(f"random: unknown kind {kind!r}")
+        return np.asarray(out).astype(dtype.np, copy=False)
+
+    @staticmethod
+    def words_used(kind: str, numel: int) -> int:
+        """How far a draw of `numel` elements advances the generator's offset."""
+        k = 2 if kind == "normal" else 1
+        return ((numel * k + 3) // 4) * 4

@@ -1,0 +1,47 @@
+"""Copies and conversions: clone, to, type casts."""
+
+from __future__ import annotations
+
+from ..._core import dtype as dt
+from ...device import Device
+from ..tensor import Tensor
+from ._base import call
+
+
+def clone(input: Tensor, *, memory_format=None) -> Tensor:
+    return call("clone", input)
+
+
+def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=False):
+    """t.to(dtype), t.to(device), t.to(device, dtype), t.to(other)."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype, device = a.dtype, a.device
+        elif isinstance(a, (str, Device)) and not (isinstance(a, str) and a in dt._NAMES):
+            device = a
+        elif a is not None:
+            dtype = a
+    out = self
+    if dtype is not None and dt.as_dtype(dtype) is not self.dtype:
+        out = call("to_dtype", out, dtype=dt.as_dtype(dtype))
+    if device is not None and Device(device) != self.device:
+        raise NotImplementedError(f"to(): moving tensors to {device} needs that device's "
+                                  "copy primitive, not available yet")
+    if copy and out is self:
+        out = clone(self)
+    return out
+
+
+def _cast(d):
+    return lambda self, memory_format=None: to(self, d)
+
+
+METHODS = {
+    "clone": clone, "to": to,
+    "float": _cast(dt.float32), "double": _cast(dt.float64), "half": _cast(dt.float16),
+    "bfloat16": _cast(dt.bfloat16), "long": _cast(dt.int64), "int": _cast(dt.int32),
+    "short": _cast(dt.int16), "char": _cast(dt.int8), "byte": _cast(dt.uint8),
+    "bool": _cast(dt.bool_), "cpu": lambda self: self,
+}
+
+__all__ = ["clone"]

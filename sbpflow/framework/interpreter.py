@@ -1,0 +1,303 @@
+"""The interpreter: every op call enters `apply`.
+
+Eager local execution: bind attrs, infer output metas (cached per op by input metas and attrs),
+run the kernel on the device's primitives, wrap the outputs, and record an autograd node when
+grad mode is on and an input requires grad.  (The VM, global tensors and lazy tracing plug in
+here in later layers.)
+
+In-place ops are an out-of-place op followed by `assign`, which writes the result into the
+target's memory, bumps the storage version and rewires autograd.  Writing through a view
+rewires the base through a `CopySlices` node, as torch does, so gradients stay right.
+"""
+
+from __future__ import annotations
+
+from .._core.errors import op_error
+from ..autograd.grad_mode import is_grad_enabled, no_grad
+from ..autograd.node import Node, OpNode
+from ..device import Device
+from ..ops import registry
+from ..ops.registry import KernelContext
+from .generator import default_generator
+from .tensor import Tensor
+
+_CPU = Device("cpu")
+
+
+def _edge(t: Tensor):
+    fn = t.grad_fn
+    if fn is not None:
+        return fn, t._output_nr
+    if t._requires_grad:
+        return t._grad_accumulator(), 0
+    return None
+
+
+def _check_tensors(opdef, tensors):
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            name = opdef.inputs[0][1:] if opdef.variadic else opdef.inputs[i]
+            raise op_error(
+                opdef.name,
+                f"argument '{name}' must be Tensor, not {type(t).__name__}",
+                TypeError,
+            )
+
+
+def apply(opdef, inputs, attrs, device=None, generator=None):
+    """Run one op eagerly on local tensors.  Returns a Tensor or a tuple of them."""
+    attrs = opdef.bind_attrs(attrs)
+    tensors = list(inputs[0]) if opdef.variadic else inputs
+    if len(inputs) != len(opdef.inputs):
+        raise op_error(
+            opdef.name,
+            f"expected {len(opdef.inputs)} tensor inputs {opdef.inputs}, got {len(inputs)}",
+            TypeError,
+        )
+    _check_tensors(opdef, tensors)
+    if tensors:
+        dev = tensors[0]._device
+        for t in tensors:
+            if t._device != dev:
+                raise op_error(
+                    opdef.name,
+                    "Expected all tensors to be on the same device, but found at least two "
+                    f"devices, {dev} and {t._device}!",
+                )
+    else:
+        dev = _CPU if device is None else Device(device)
+    in_metas = tuple(t._meta for t in tensors)
+    out_metas = opdef.meta(in_metas, attrs)
+    ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
+    if opdef.random:
+        gen = default_generator if generator is None else generator
+        words = dev.prims.words_used("normal", sum(m.numel for m in out_metas))
+        ctx.seed, ctx.offset = gen.take(words)
+    arrays = [t._data for t in tensors]
+    if opdef.variadic:
+        result = opdef.kernel(ctx, arrays, **attrs)
+    else:
+        result = opdef.kernel(ctx, *arrays, **attrs)
+    if len(out_metas) == 1:
+        result = (result,)
+    if opdef.view:
+        src = tensors[0]
+        outs = [Tensor._make(result[0], out_metas[0], dev, src._storage)]
+        _link_view(outs[0], src, opdef, attrs)
+    else:
+        outs = [Tensor._make(r, m, dev) for r, m in zip(result, out_metas)]
+
+    if opdef.grad is not None and is_grad_enabled():
+        if any(t._requires_grad for t in tensors):
+            _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
+    next_functions = [_edge(t) if t._requires_grad else None for t in tensors]
+
+    def make_output(ref, meta, node, i, _dev=dev):
+        data, storage = ref
+        t = Tensor._make(data, meta, _dev, storage)
+        t._set_grad_fn(node, i)
+        return t
+
+    node = OpNode(opdef, attrs, tensors, outs, in_metas, out_metas, next_functions, make_output)
+    for i, o in enumerate(outs):
+        if o._meta.dtype.is_floating_point:
+            o._set_grad_fn(node, i)
+
+
+# -- views -----------------------------------------------------------------------------------
+def _link_view(out: Tensor, src: Tensor, opdef, attrs) -> None:
+    """Remember the root base and the view chain from it, for writes through the view."""
+    base = src if src._base is None else src._base
+    out._base = base
+    out._view_chain = src._view_chain + ((opdef, attrs, src._meta),)
+
+
+def _replay(t: Tensor, chain) -> Tensor:
+    """Apply a view chain (recorded from a base) to a tensor of the base's shape."""
+    for opdef, attrs, _ in chain:
+        t = apply(opdef, (t,), attrs)
+    return t
+
+
+class _ViewGradContext:
+    """A grad context for view ops, which need only metas and attrs."""
+
+    __slots__ = ("attrs", "in_metas", "out_metas", "needs_input_grad")
+
+    def __init__(self, attrs, in_meta, out_meta):
+        self.attrs = attrs
+        self.in_metas = (in_meta,)
+        self.out_metas = (out_meta,)
+        self.needs_input_grad = (True,)
+
+
+def _embed(g: Tensor, chain) -> Tensor:
+    """The adjoint of `_replay`: scatter a view-shaped gradient back to the base's shape."""
+    for opdef, attrs, in_meta in reversed(chain):
+        out_meta = opdef.meta((in_meta,), attrs)[0]
+        (g,) = opdef.grad(_ViewGradContext(attrs, in_meta, out_meta), g)[:1]
+    return g
+
+
+class CopySlices(Node):
+    """The new history of a base after an in-place write through one of its views.
+
+    The gradient of the base splits in two: the region the view covers goes to the value that
+    was written, the rest goes to the base's history before the write.
+    """
+
+    __slots__ = ("chain", "in_metas", "out_metas")
+
+    def __init__(self, base_edge, value_edge, chain, base_meta, view_meta):
+        super().__init__((base_edge, value_edge))
+        self.chain = chain
+        self.in_metas = (base_meta, view_meta)
+        self.out_metas = (base_meta,)
+
+    def apply(self, grads):
+        (g,) = grads
+        region = _replay(g, self.chain)
+        g_value = region.contiguous() if self.next_functions[1] is not None else None
+        g_base = g - _embed(region, self.chain) if self.next_functions[0] is not None else None
+        return [g_base, g_value]
+
+
+class ViewOfBase(Node):
+    """grad_fn of a view whose base was rewritten: route its gradient into the base."""
+
+    __slots__ = ("chain", "in_metas", "out_metas")
+
+    def __init__(self, base_edge, chain, base_meta, view_meta):
+        super().__init__((base_edge,))
+        self.chain = chain
+        self.in_metas = (base_meta,)
+        self.out_metas = (view_meta,)
+
+    def apply(self, grads):
+        return [_embed(grads[0], self.chain)]
+
+
+def _refresh_view_grad_fn(view: Tensor) -> None:
+    base = view._base
+    edge = _edge(base)
+    view._set_grad_fn(ViewOfBase(edge, view._view_chain, base._meta, view._meta), 0)
+
+
+# -- in-place ------------------------------------------------------------------------------
+def check_inplace(op: str, t: Tensor) -> None:
+    """torch's rules for writing into a tensor that autograd may need."""
+    if not is_grad_enabled():
+        return
+    if t._base is None:
+        if t._requires_grad and t._grad_fn is None:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
+    elif t._base._requires_grad and t._base._grad_fn is None:
+        raise RuntimeError(
+            "a view of a leaf Variable that requires grad is being used in an in-place operation."
+        )
+
+
+def _check_no_overlap(op: str, t: Tensor) -> None:
+    for n, s in zip(t._meta.shape, t.stride()):
+        if n > 1 and s == 0:
+            raise op_error(
+                op,
+                "unsupported operation: more than one element of the written-to tensor refers "
+                "to a single memory location. Please clone() the tensor before performing the "
+                "operation.",
+            )
+
+
+def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
+    """Write `value` (same shape and dtype as t) into t's memory, with autograd."""
+    if value._meta != t._meta:
+        raise op_error(op, f"internal: value meta {value._meta} != target meta {t._meta}")
+    check_inplace(op, t)
+    _check_no_overlap(op, t)
+    t._device.prims.copy(t._data, value._data)
+    t._storage.version += 1
+    if not is_grad_enabled():
+        return t
+    base = t._base
+    if base is None:
+        if value._requires_grad:
+            t._set_grad_fn(*_edge(value)) if value.grad_fn is not None else _alias_leaf(t, value)
+        elif t._grad_fn is not None:
+            t._grad_fn = None
+            t._requires_grad = False
+        return t
+    if not (value._requires_grad or base._requires_grad):
+        return t
+    base_edge = _edge(base) if base._requires_grad else None
+    value_edge = _edge(value) if value._requires_grad else None
+    node = CopySlices(base_edge, value_edge, t._view_chain, base._meta, t._meta)
+    base._set_grad_fn(node, 0)
+    _refresh_view_grad_fn(t)
+    return t
+
+
+def _alias_leaf(t: Tensor, value: Tensor) -> None:
+    """t now holds a leaf's values: route gradient through an identity op."""
+    ident = apply(registry.get("clone"), (value,), {})
+    t._set_grad_fn(ident._grad_fn, ident._output_nr)
+
+
+def inplace(name: str, target: Tensor, fn, args=(), kwargs=None) -> Tensor:
+    """`target.<name>(...)`: compute fn(target, *args) out of place, then assign it to target.
+
+    Torch's checks apply: the result must keep target's shape (no broadcasting of target) and
+    its dtype must cast to target's without lowering the category.
+    """
+    recording = is_grad_enabled() and (
+        target._requires_grad
+        or any(isinstance(x, Tensor) and x._requires_grad for x in args)
+        or (target._base is not None and target._base._requires_grad)
+    )
+    src = target
+    if recording:
+        check_inplace(name, target)
+        # The op may save its input for backward; hand it a snapshot, since target is about
+        # to be overwritten.
+        src = apply(registry.get("clone"), (target,), {})
+    out = fn(src, *args, **(kwargs or {}))
+    if out._meta.shape != target._meta.shape:
+        raise op_error(
+            name,
+            f"output with shape {list(target.shape)} doesn't match the broadcast shape "
+            f"{list(out.shape)}",
+        )
+    if out._meta.dtype is not target._meta.dtype:
+        from .._core.dtype import can_cast
+
+        if not can_cast(out._meta.dtype, target._meta.dtype):
+            raise op_error(
+                name,
+                f"result type {_torch_type(out.dtype)} can't be cast to the desired output "
+                f"type {_torch_type(target.dtype)}",
+            )
+        out = apply(registry.get("to_dtype"), (out,), {"dtype": target._meta.dtype})
+    if not recording:
+        # Nothing to rewire: write the values, bump the version.
+        check_inplace(name, target)
+        _check_no_overlap(name, target)
+        target._device.prims.copy(target._data, out._data)
+        target._storage.version += 1
+        return target
+    return assign(target, out, name)
+
+
+def _torch_type(d) -> str:
+    return {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+            "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+            "bool": "Bool"}[d.name]
+
+
+registry.set_dispatcher(apply)
+
+__all__ = ["apply", "assign", "check_inplace", "inplace", "no_grad"]

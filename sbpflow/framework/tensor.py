@@ -1,0 +1,392 @@
+"""The Tensor.
+
+A tensor is a device array (possibly a view) plus a `Storage` shared by every view of the same
+memory.  The storage carries the version counter that in-place ops bump and that autograd
+checks.  A view remembers its root `_base` and the chain of view ops that produced it from the
+base, so an in-place write through a view can be replayed on gradients (see interpreter.py).
+
+Methods and operators are installed from the functional modules; this file holds only what is
+intrinsic to a tensor.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from .._core import dtype as dt
+from .._core.meta import TensorMeta
+from ..autograd.node import AccumulateGrad
+from ..device import Device
+
+
+class Storage:
+    """Shared by a base tensor and all its views."""
+
+    __slots__ = ("version", "__weakref__")
+
+    def __init__(self):
+        self.version = 0
+
+
+class Size(tuple):
+    """torch.Size: a tuple of ints that prints as `sbpflow.Size([2, 3])`."""
+
+    def __repr__(self):
+        return f"sbpflow.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __getitem__(self, key):
+        out = tuple.__getitem__(self, key)
+        return Size(out) if isinstance(key, slice) else out
+
+
+_CPU = Device("cpu")
+
+
+class Tensor:
+    __slots__ = (
+        "_data", "_storage", "_meta", "_device", "_requires_grad", "grad", "_grad_fn",
+        "_output_nr", "_base", "_view_chain", "_grad_fn_version", "_leaf_hooks", "_grad_acc",
+        "_retains_grad", "__weakref__", "__dict__",
+    )
+
+    # -- construction ---------------------------------------------------------------------
+    def __init__(self, *args, **kwargs):
+        from .functional.creation import _tensor_ctor  # the legacy constructor
+
+        t = _tensor_ctor(*args, **kwargs)
+        Tensor._init_from(self, t._data, t._storage, t._meta, t._device)
+
+    @staticmethod
+    def _init_from(self, data, storage, meta, device):
+        self._data = data
+        self._storage = storage
+        self._meta = meta
+        self._device = device
+        self._requires_grad = False
+        self.grad = None
+        self._grad_fn = None
+        self._output_nr = 0
+        self._base = None
+        self._view_chain = ()
+        self._grad_fn_version = 0
+        self._leaf_hooks = None
+        self._grad_acc = None
+        self._retains_grad = False
+
+    @classmethod
+    def _make(cls, data, meta: TensorMeta, device: Device, storage: Storage | None = None):
+        t = object.__new__(cls)
+        Tensor._init_from(t, data, Storage() if storage is None else storage, meta, device)
+        return t
+
+    def _data_ref(self):
+        return self._data, self._storage
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def shape(self) -> Size:
+        return Size(self._meta.shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._meta.shape)
+        from .._core.errors import normalize_dim
+
+        return self._meta.shape[normalize_dim("size", dim, len(self._meta.shape))]
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self._meta.dtype
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._meta.shape)
+
+    def dim(self) -> int:
+        return len(self._meta.shape)
+
+    def numel(self) -> int:
+        return self._meta.numel
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._meta.dtype.itemsize
+
+    def stride(self, dim: int | None = None):
+        host = self._device.prims.to_host(self._data)
+        st = tuple(s // host.itemsize if host.itemsize else 0 for s in host.strides)
+        # NumPy reports arbitrary strides for size-1 and size-0 axes; torch's are canonical.
+        st = _canonical_strides(self._meta.shape, st)
+        return st if dim is None else st[dim]
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return self.stride() == _contiguous_strides(self._meta.shape)
+
+    def data_ptr(self) -> int:
+        return self._device.prims.to_host(self._data).__array_interface__["data"][0]
+
+    def storage_offset(self) -> int:
+        if self._base is None:
+            return 0
+        return (self.data_ptr() - self._base.data_ptr()) // max(self._meta.dtype.itemsize, 1)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def _version(self) -> int:
+        return self._storage.version
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    @property
+    def is_global(self) -> bool:
+        return False
+
+    def _type_name(self) -> str:
+        return {
+            "float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
+            "float16": "torch.HalfTensor", "bfloat16": "torch.BFloat16Tensor",
+            "int64": "torch.LongTensor", "int32": "torch.IntTensor",
+            "int16": "torch.ShortTensor", "int8": "torch.CharTensor",
+            "uint8": "torch.ByteTensor", "bool": "torch.BoolTensor",
+        }[self.dtype.name]
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return self._type_name().replace("torch", "sbpflow")
+        return self.to(dtype)
+
+    # -- autograd -------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool):
+        value = bool(value)
+        if self._grad_fn is not None:
+            if not value:
+                raise RuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want to "
+                    "use a computed variable in a subgraph that doesn't require differentiation "
+                    "use var_no_grad = var.detach()."
+                )
+            return
+        if value and not self.dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        self._requires_grad = value
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def grad_fn(self):
+        if self._base is not None and self._is_stale_view():
+            from .interpreter import _refresh_view_grad_fn
+
+            _refresh_view_grad_fn(self)
+        return self._grad_fn
+
+    def _is_stale_view(self):
+        # A view whose base was written in place since the view's grad_fn was set.
+        return self._base._requires_grad and self._grad_fn_version != self._storage.version
+
+    def _set_grad_fn(self, node, output_nr: int) -> None:
+        self._grad_fn = node
+        self._output_nr = output_nr
+        self._requires_grad = True
+        self._grad_fn_version = self._storage.version
+
+    def _grad_accumulator(self):
+        acc = self._grad_acc() if self._grad_acc is not None else None
+        if acc is None:
+            acc = AccumulateGrad(self)
+            self._grad_acc = weakref.ref(acc)
+        return acc
+
+    def detach(self) -> Tensor:
+        t = Tensor._make(self._data, self._meta, self._device, self._storage)
+        return t
+
+    def detach_(self) -> Tensor:
+        self._grad_fn = None
+        self._requires_grad = False
+        return self
+
+    def retain_grad(self) -> None:
+        if self.grad_fn is None:
+            return
+        if self._retains_grad:
+            return
+        self._retains_grad = True
+        ref = weakref.ref(self)
+
+        def hook(g):
+            t = ref()
+            if t is not None:
+                t.grad = g.detach().clone() if t.grad is None else t.grad + g.detach()
+
+        self._grad_fn.register_prehook(self._output_nr, hook)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def register_hook(self, hook):
+        if not self._requires_grad:
+            raise RuntimeError(
+                "cannot register a hook on a tensor that doesn't require gradient"
+            )
+        if self.grad_fn is None:
+            if self._leaf_hooks is None:
+                self._leaf_hooks = []
+            self._leaf_hooks.append(hook)
+            hooks = self._leaf_hooks
+        else:
+            self._grad_fn.register_prehook(self._output_nr, hook)
+            hooks = self._grad_fn.pre_hooks[self._output_nr]
+        return _RemovableHandle(hooks, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from .. import autograd
+
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs)
+
+    # -- host access ----------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        if self._requires_grad:
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                "instead."
+            )
+        return self._device.prims.to_host(self._data)
+
+    def _host(self) -> np.ndarray:
+        return self._device.prims.to_host(self._data)
+
+    def item(self):
+        if self._meta.numel != 1:
+            raise RuntimeError(
+                f"a Tensor with {self._meta.numel} elements cannot be converted to Scalar"
+            )
+        return self._host().reshape(()).item()
+
+    def tolist(self):
+        host = self._host()
+        if self.dtype is dt.bfloat16 or self.dtype is dt.float16:
+            host = host.astype(np.float64)
+        return host.tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._host()
+        return a if dtype is None else a.astype(dtype)
+
+    def __len__(self):
+        if not self._meta.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._meta.shape[0]
+
+    def __iter__(self):
+        if not self._meta.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._meta.shape[0]))
+
+    def _scalar_check(self, what):
+        if self._meta.numel != 1:
+            raise RuntimeError(
+                f"Boolean value of Tensor with more than one value is ambiguous"
+                if what == "bool" else
+                f"only one element tensors can be converted to Python scalars"
+            )
+
+    def __bool__(self):
+        self._scalar_check("bool")
+        return bool(self.item())
+
+    def __float__(self):
+        self._scalar_check("float")
+        return float(self.item())
+
+    def __int__(self):
+        self._scalar_check("int")
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self._meta.numel != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        from .tensor_str import tensor_repr
+
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.dim() == 0 and spec:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __deepcopy__(self, memo):
+        t = self.detach().clone()
+        t._requires_grad = self._requires_grad
+        return t
+
+    def __reduce_ex__(self, proto):
+        raise TypeError(
+            "sbpflow tensors are not pickled; save them with sbpflow.save (safetensors)"
+        )
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    st, acc = [], 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(st))
+
+
+def _canonical_strides(shape, strides):
+    if not any(s <= 1 for s in shape):
+        return strides
+    out = list(strides)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] <= 1:
+            out[i] = acc
+        else:
+            acc = out[i] * shape[i]
+        acc = out[i] * max(shape[i], 1)
+    return tuple(out)
+
+
+class _RemovableHandle:
+    def __init__(self, hooks: list, hook):
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)

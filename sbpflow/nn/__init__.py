@@ -1,0 +1,3 @@
+"""Neural-network API: `nn.functional` now; modules arrive with the nn issue."""
+
+from . import functional  # noqa: F401

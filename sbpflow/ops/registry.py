@@ -1,0 +1,279 @@
+"""The op registry: one `OpDef` per op.
+
+An OpDef carries everything each layer above needs, so adding an op touches one place:
+schema (inputs, outputs, typed attrs), `infer_meta`, candidate `sbp` signatures, `grad`
+written with ops, a `kernel` that calls device primitives only, the torch `reference` name and
+`samples` for the registry-driven tests.
+
+Grad rules call other ops through `op(name, *inputs, **attrs)` and the Tensor methods of their
+arguments; the framework layer installs the dispatcher, so this layer never imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._core.dtype import DType, as_dtype
+from .._core.errors import op_error
+from .._core.meta import TensorMeta
+
+_REQUIRED = object()
+
+
+class Attr:
+    """A typed attribute with a default.  `kind` is one of the keys of `_CHECKS`."""
+
+    __slots__ = ("kind", "default", "optional")
+
+    def __init__(self, kind: str, default: Any = _REQUIRED, optional: bool = False):
+        if kind not in _CHECKS:
+            raise ValueError(f"unknown attr kind {kind!r}")
+        self.kind = kind
+        self.default = default
+        self.optional = optional or default is None
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool) or type(v).__name__.startswith("int")
+
+
+def _check_int(v):
+    if _is_int(v):
+        return int(v)
+    raise TypeError
+
+
+def _check_float(v):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    raise TypeError
+
+
+def _check_bool(v):
+    if isinstance(v, bool):
+        return v
+    raise TypeError
+
+
+def _check_scalar(v):
+    if isinstance(v, (bool, int, float)):
+        return v
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:  # NumPy scalars
+        return v.item()
+    raise TypeError
+
+
+def _check_str(v):
+    if isinstance(v, str):
+        return v
+    raise TypeError
+
+
+def _check_ints(v):
+    if _is_int(v):
+        return (int(v),)
+    if isinstance(v, Sequence) and not isinstance(v, str) and all(_is_int(x) for x in v):
+        return tuple(int(x) for x in v)
+    raise TypeError
+
+
+def _check_dtype(v):
+    return as_dtype(v)
+
+
+def _check_any(v):
+    return v
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "int": _check_int,
+    "float": _check_float,
+    "bool": _check_bool,
+    "scalar": _check_scalar,
+    "str": _check_str,
+    "ints": _check_ints,  # an int or a sequence of ints, normalised to a tuple
+    "dtype": _check_dtype,
+    "any": _check_any,  # hashable payloads such as index keys; validated by infer_meta
+}
+
+_KIND_NAMES = {
+    "int": "int", "float": "float", "bool": "bool", "scalar": "Number", "str": "str",
+    "ints": "tuple of ints", "dtype": "dtype", "any": "object",
+}
+
+
+@dataclasses.dataclass(eq=False)
+class Sample:
+    """One test input for an op: NumPy arrays (a list for a variadic input) and attrs."""
+
+    inputs: tuple
+    attrs: dict
+    grad: bool = True  # check gradients for floating inputs
+    rtol: float | None = None
+    atol: float | None = None
+
+    def __init__(self, *inputs, grad=True, rtol=None, atol=None, **attrs):
+        self.inputs = inputs
+        self.attrs = attrs
+        self.grad = grad
+        self.rtol = rtol
+        self.atol = atol
+
+    def __repr__(self):
+        ins = ", ".join(
+            f"list[{len(x)}]" if isinstance(x, list) else f"{x.dtype}{list(x.shape)}"
+            for x in self.inputs
+        )
+        return f"Sample({ins}, {self.attrs})"
+
+
+class KernelContext:
+    """What a kernel sees besides its arrays.
+
+    For a local tensor the logical metas equal the local ones and every piece is the whole
+    tensor.  For a piece of a global tensor, `out_pieces[i]` gives the slice per axis of the
+    logical output that this piece covers, so position-dependent kernels (arange, random,
+    a mean over a split axis) compute the right values.
+    """
+
+    __slots__ = ("prims", "op", "in_metas", "out_metas", "logical_in", "logical_out",
+                 "out_pieces", "seed", "offset")
+
+    def __init__(self, prims, op, in_metas, out_metas, logical_in=None, logical_out=None,
+                 out_pieces=None, seed=0, offset=0):
+        self.prims = prims
+        self.op = op
+        self.in_metas = in_metas
+        self.out_metas = out_metas
+        self.logical_in = in_metas if logical_in is None else logical_in
+        self.logical_out = out_metas if logical_out is None else logical_out
+        self.out_pieces = out_pieces
+        self.seed = seed
+        self.offset = offset
+
+    def piece(self, i: int = 0) -> tuple[slice, ...]:
+        """The slice per axis of logical output i held by this kernel call."""
+        if self.out_pieces is None:
+            return tuple(slice(0, n) for n in self.out_metas[i].shape)
+        return self.out_pieces[i]
+
+
+@dataclasses.dataclass(eq=False)
+class OpDef:
+    name: str
+    inputs: tuple[str, ...]
+    infer_meta: Callable[..., Any]
+    kernel: Callable[..., Any]
+    outputs: tuple[str, ...] = ("out",)
+    attrs: dict[str, Attr] = dataclasses.field(default_factory=dict)
+    grad: Callable[..., Any] | None = None
+    sbp: Callable[..., Any] | None = None
+    reference: str | Callable | None = None
+    samples: Callable[..., Any] | None = None
+    view: bool = False  # output 0 shares storage with input 0
+    random: bool = False  # the kernel draws from the generator (ctx.seed, ctx.offset)
+    doc: str = ""
+
+    def __post_init__(self):
+        self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")
+        self._meta_cache: dict = {}
+
+    # -- schema ---------------------------------------------------------------------------
+    def bind_attrs(self, attrs: dict) -> dict:
+        """Validate and normalise attrs, filling defaults; raise naming op and argument."""
+        out = {}
+        for key in attrs:
+            if key not in self.attrs:
+                raise op_error(self.name, f"got an unexpected keyword argument '{key}'", TypeError)
+        for key, spec in self.attrs.items():
+            if key in attrs:
+                v = attrs[key]
+            elif spec.required:
+                raise op_error(self.name, f"missing required argument '{key}'", TypeError)
+            else:
+                out[key] = spec.default
+                continue
+            if v is None and spec.optional:
+                out[key] = None
+                continue
+            try:
+                out[key] = _CHECKS[spec.kind](v)
+            except (TypeError, ValueError):
+                raise op_error(
+                    self.name,
+                    f"argument '{key}' must be {_KIND_NAMES[spec.kind]}, not "
+                    f"{type(v).__name__} ({v!r})",
+                    TypeError,
+                ) from None
+        return out
+
+    def meta(self, in_metas: tuple[TensorMeta, ...], attrs: dict) -> tuple[TensorMeta, ...]:
+        """Output metas, cached by input metas and attrs."""
+        try:
+            key = (in_metas, tuple(attrs.values()))
+            hit = self._meta_cache.get(key)
+        except TypeError:  # an unhashable attr value
+            key, hit = None, None
+        if hit is not None:
+            return hit
+        out = self.infer_meta(*in_metas, **attrs)
+        if isinstance(out, TensorMeta):
+            out = (out,)
+        if key is not None and len(self._meta_cache) < 4096:
+            self._meta_cache[key] = out
+        return out
+
+    def signatures(self, in_metas, attrs):
+        if self.sbp is None:
+            return []
+        return self.sbp(*in_metas, **attrs)
+
+    def __repr__(self):
+        return f"OpDef({self.name!r}, inputs={self.inputs}, attrs={list(self.attrs)})"
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in _REGISTRY:
+        raise ValueError(f"op {opdef.name!r} is registered twice")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no op named {name!r} is registered") from None
+
+
+def list_ops() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+# -- calling ops from grad rules ----------------------------------------------------------
+_dispatch: Callable[..., Any] | None = None
+
+
+def set_dispatcher(fn: Callable[..., Any]) -> None:
+    """Installed by the framework: fn(opdef, inputs, attrs) -> tensor or tuple of tensors."""
+    global _dispatch
+    _dispatch = fn
+
+
+def op(name: str, *inputs, **attrs):
+    """Call a registered op on tensors; used by grad rules and composite kernels' callers."""
+    opdef = _REGISTRY[name]
+    return _dispatch(opdef, inputs, attrs)
+
+
+def meta_of(dtype: DType, shape) -> TensorMeta:
+    return TensorMeta(tuple(shape), dtype)

@@ -1,0 +1,85 @@
+"""Split / Broadcast / Partial-sum: frozen, hashable values that print as OneFlow does."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Sbp:
+    __slots__ = ()
+
+
+class Split(Sbp):
+    """S(axis): the logical tensor is cut along `axis`; the first ranks get one more row."""
+
+    __slots__ = ("axis",)
+
+    def __init__(self, axis: int):
+        if not isinstance(axis, int) or isinstance(axis, bool) or axis < 0:
+            raise ValueError(f"split(): axis must be a non-negative int, got {axis!r}")
+        object.__setattr__(self, "axis", axis)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("SBP values are immutable")
+
+    def __eq__(self, other):
+        return isinstance(other, Split) and other.axis == self.axis
+
+    def __hash__(self):
+        return hash(("S", self.axis))
+
+    def __repr__(self):
+        return f"S({self.axis})"
+
+
+class Broadcast(Sbp):
+    """B: every rank holds the whole logical tensor."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "B"
+
+    def __eq__(self, other):
+        return isinstance(other, Broadcast)
+
+    def __hash__(self):
+        return hash("B")
+
+
+class PartialSum(Sbp):
+    """P: the logical tensor is the sum of the ranks' tensors."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "P"
+
+    def __eq__(self, other):
+        return isinstance(other, PartialSum)
+
+    def __hash__(self):
+        return hash("P")
+
+
+B = broadcast = Broadcast()
+P = partial_sum = PartialSum()
+
+
+def S(axis: int) -> Split:
+    return Split(axis)
+
+
+split = S
+
+
+class Signature(NamedTuple):
+    """One SBP per input and one per output of an op."""
+
+    inputs: tuple[Sbp, ...]
+    outputs: tuple[Sbp, ...]
+
+    def __repr__(self):
+        ins = ", ".join(map(repr, self.inputs))
+        outs = ", ".join(map(repr, self.outputs))
+        return f"({ins}) -> ({outs})"
