@@ -1,1 +1,4 @@
-"""torch.nn.functional for sbpflow: re-exported from the framework's nn family."""
+"""torch.nn.functional for sbpflow: re-exported from the framework's nn and conv families."""
+
+from ..framework.functional.conv import *  # noqa: F403
+from ..framework.functional.nn import *  # noqa: F403

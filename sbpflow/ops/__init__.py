@@ -1,6 +1,6 @@
 """The op registry.  Importing this package registers every op."""
 
-from . import creation, elementwise, linalg, reduce, shape  # noqa: F401  (registration)
+from . import conv, creation, elementwise, index, linalg, nn, reduce, shape  # noqa: F401
 from .registry import Attr, KernelContext, OpDef, Sample, get, list_ops, op, register
 
 __all__ = ["Attr", "KernelContext", "OpDef", "Sample", "get", "list_ops", "op", "register"]

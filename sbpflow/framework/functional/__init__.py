@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ..tensor import Tensor
-from . import conversion, creation, elementwise, linalg, reduce, shape
+from . import conv, conversion, creation, elementwise, index, linalg, nn, reduce, shape
 
-_FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape)
+_FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape, index, nn, conv)
 
 __all__: list[str] = []
 for _m in _FAMILIES:

@@ -1,0 +1,7 @@
+"""conv functions."""
+
+from __future__ import annotations
+
+METHODS: dict = {}
+
+__all__: list[str] = []

@@ -1,0 +1,7 @@
+"""nn functions."""
+
+from __future__ import annotations
+
+METHODS: dict = {}
+
+__all__: list[str] = []

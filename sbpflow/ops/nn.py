@@ -1,0 +1,3 @@
+"""nn ops."""
+
+from __future__ import annotations
