@@ -159,7 +159,8 @@ def _materialize(node, grads):
     for i, meta in enumerate(node.out_metas):
         g = grads.get(i)
         if g is None and meta.dtype.is_floating_point:
-            g = op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype)
+            g = op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype,
+                   _device=getattr(node, "device", None))
         out.append(g)
     return out
 

@@ -90,11 +90,12 @@ class OpNode(Node):
     """The backward of one op call: runs `opdef.grad` with the saved inputs and outputs."""
 
     __slots__ = ("opdef", "attrs", "saved_inputs", "saved_outputs", "in_metas", "out_metas",
-                 "needs_input_grad", "_make_output", "_name")
+                 "needs_input_grad", "_make_output", "_name", "device")
 
     def __init__(self, opdef, attrs, inputs, outputs, in_metas, out_metas, next_functions,
-                 make_output):
+                 make_output, device=None):
         super().__init__(next_functions)
+        self.device = device
         self.opdef = opdef
         self.attrs = attrs
         self._name = _camel(opdef.name) + "Backward0"

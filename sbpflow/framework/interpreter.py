@@ -102,7 +102,8 @@ def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
         t._set_grad_fn(node, i)
         return t
 
-    node = OpNode(opdef, attrs, tensors, outs, in_metas, out_metas, next_functions, make_output)
+    node = OpNode(opdef, attrs, tensors, outs, in_metas, out_metas, next_functions, make_output,
+                  dev)
     for i, o in enumerate(outs):
         if o._meta.dtype.is_floating_point:
             o._set_grad_fn(node, i)

@@ -33,8 +33,7 @@ register(OpDef(
     kernel=lambda ctx, shape, fill_value, dtype: ctx.prims.full(ctx.out_metas[0].shape, dtype,
                                                                 fill_value),
     sbp=lambda shape, fill_value, dtype: creation_sbp(shape),
-    reference=lambda torch, shape, fill_value, dtype: torch.full(
-        shape, fill_value, dtype=getattr(torch, dtype.name)),
+    reference=lambda torch, shape, fill_value, dtype: torch.full(shape, fill_value, dtype=dtype),
     samples=lambda rng: [Sample(shape=(2, 3), fill_value=1.5, dtype=dt.float32),
                          Sample(shape=(3,), fill_value=7, dtype=dt.int64)],
 ))

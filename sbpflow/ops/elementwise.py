@@ -41,8 +41,10 @@ register(OpDef(
     infer_meta=lambda x, dtype: TensorMeta(x.shape, dtype),
     kernel=lambda ctx, x, dtype: ctx.prims.cast(x, dtype),
     grad=_to_dtype_grad,
-    sbp=lambda x, dtype: elementwise_signatures([x.shape], x.shape, partial=[("P",)]),
-    reference=lambda torch, x, dtype: x.to(getattr(torch, dtype.name)),
+    # P -> P only into a floating dtype: casting partial sums to int would round each piece.
+    sbp=lambda x, dtype: elementwise_signatures(
+        [x.shape], x.shape, partial=[("P",)] if dtype.is_floating_point else []),
+    reference=lambda torch, x, dtype: x.to(dtype),
     samples=lambda rng: [Sample(_rand(rng, 2, 3), dtype=dt.float32),
                          Sample(_rand(rng, 3), dtype=dt.float16),
                          Sample(_rand(rng, 3) * 10, dtype=dt.int32, grad=False)],

@@ -269,10 +269,13 @@ def set_dispatcher(fn: Callable[..., Any]) -> None:
     _dispatch = fn
 
 
-def op(name: str, *inputs, **attrs):
-    """Call a registered op on tensors; used by grad rules and composite kernels' callers."""
+def op(name: str, *inputs, _device=None, **attrs):
+    """Call a registered op on tensors; used by grad rules.  `_device` places ops that have
+    no tensor inputs (creation ops)."""
     opdef = _REGISTRY[name]
-    return _dispatch(opdef, inputs, attrs)
+    if _device is None:
+        return _dispatch(opdef, inputs, attrs)
+    return _dispatch(opdef, inputs, attrs, device=_device)
 
 
 def meta_of(dtype: DType, shape) -> TensorMeta:

@@ -1,0 +1,41 @@
+"""Test-session plumbing shared by all test folders."""
+
+import os
+import tempfile
+
+import pytest
+
+
+def pytest_configure(config):
+    # The SBP validator's report of plausible-but-undeclared signatures is written by whichever
+    # process runs the test (xdist workers too) and printed once by the controller.
+    if "SBPFLOW_SBP_REPORT" not in os.environ:
+        fd, path = tempfile.mkstemp(prefix="sbpflow-sbp-report-", suffix=".txt")
+        os.close(fd)
+        os.environ["SBPFLOW_SBP_REPORT"] = path
+        config._sbp_report_owner = True
+
+
+@pytest.fixture
+def sbp_report():
+    class _Report:
+        def append(self, line: str) -> None:
+            with open(os.environ["SBPFLOW_SBP_REPORT"], "a") as f:
+                f.write(line + "\n")
+
+    return _Report()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not getattr(config, "_sbp_report_owner", False):
+        return
+    path = os.environ.pop("SBPFLOW_SBP_REPORT", None)
+    if not path or not os.path.exists(path):
+        return
+    with open(path) as f:
+        lines = sorted(set(f.read().splitlines()))
+    os.unlink(path)
+    if lines:
+        terminalreporter.section("SBP signatures that hold but are not declared")
+        for line in lines:
+            terminalreporter.write_line(line)
