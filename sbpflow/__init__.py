@@ -38,3 +38,6 @@ def is_floating_point(t: Tensor) -> bool:
 
 
 __version__ = "0.1.0"
+
+from . import nn, optim, utils  # noqa: E402
+from .framework.serialization import load, save  # noqa: E402

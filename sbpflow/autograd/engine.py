@@ -56,7 +56,8 @@ def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inpu
     # Count dependencies over the reachable graph.
     deps: dict[int, int] = {}
     nodes = {}
-    stack = [e[0] for e in root_edges]
+    # One entry per node: two roots can be outputs of the same node (nll_loss, max_dim).
+    stack = list({id(e[0]): e[0] for e in root_edges}.values())
     for n in stack:
         nodes[id(n)] = n
     while stack:
@@ -82,7 +83,7 @@ def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inpu
     results = [None] * (len(inputs) if inputs is not None else 0)
     ready = []
     for n, _ in root_edges:
-        if deps.get(id(n), 0) == 0 and all(id(n) != id(r[0]) for r in ready):
+        if deps.get(id(n), 0) == 0 and all(id(n) != r[1] for r in ready):
             heapq.heappush(ready, (-n.seq, id(n), n))
     seen_ready = {id(r[2]) for r in ready}
 
@@ -127,8 +128,8 @@ def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inpu
         for i, r in enumerate(results):
             if r is None and not allow_unused:
                 raise RuntimeError(
-                    "One of the differentiated Tensors appears to not have been used in the "
-                    "graph. Set allow_unused=True if this is the desired behavior."
+                    f"The differentiated Tensor at index {i} appears to not have been used in "
+                    "the graph. Set allow_unused=True if this is the desired behavior."
                 )
         return results
     return None
@@ -158,7 +159,7 @@ def _materialize(node, grads):
     out = []
     for i, meta in enumerate(node.out_metas):
         g = grads.get(i)
-        if g is None and meta.dtype.is_floating_point:
+        if g is None and meta.dtype.is_floating_point and node.materialize_grads:
             g = op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype,
                    _device=getattr(node, "device", None))
         out.append(g)

@@ -53,10 +53,21 @@ class FunctionNode(Node):
     def name(self):
         return self._name
 
+    @property
+    def materialize_grads(self) -> bool:
+        return self.ctx.materialize_grads
+
     def apply(self, grads):
         result = self.fn.backward(self.ctx, *grads)
         if not isinstance(result, tuple):
             result = (result,)
+        n_args = self.ctx._num_args
+        # torch: one gradient per forward argument; extra trailing entries must be None.
+        if len(result) < n_args or any(r is not None for r in result[n_args:]):
+            raise RuntimeError(
+                f"function {self._name} returned an incorrect number of gradients (expected "
+                f"{n_args}, got {len(result)})"
+            )
         # backward returns one value per forward argument; keep those of tensor arguments.
         return [result[i] if i < len(result) else None for i in self.ctx._tensor_arg_pos]
 
@@ -86,6 +97,7 @@ class Function(metaclass=_FunctionMeta):
         tensor_pos = [i for i, a in enumerate(args) if isinstance(a, T)]
         tensors = [args[i] for i in tensor_pos]
         ctx._tensor_arg_pos = tensor_pos
+        ctx._num_args = len(args)
         ctx.needs_input_grad = tuple(isinstance(a, T) and a.requires_grad for a in args)
         with no_grad():
             out = cls.forward(ctx, *args)

@@ -30,12 +30,19 @@ class _GradModeContext:
         _state.enabled = self._prev
         return False
 
+    def __new__(cls, orig_func=None):
+        # `@no_grad` without parentheses, as torch allows: decorate directly.
+        if orig_func is None:
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+    def _clone(self):
+        return type(self)()
+
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with type(self)() if not isinstance(self, set_grad_enabled) else set_grad_enabled(
-                self._target
-            ):
+            with self._clone():  # a fresh manager per call: calls may nest or overlap
                 return fn(*args, **kwargs)
 
         return wrapper
@@ -50,10 +57,21 @@ class enable_grad(_GradModeContext):
 
 
 class set_grad_enabled(_GradModeContext):
+    def __new__(cls, mode: bool):
+        return object.__new__(cls)
+
     def __init__(self, mode: bool):
         self._target = bool(mode)
         self._prev = _state.enabled
         _state.enabled = self._target  # takes effect on call too, as torch's does
+
+    def _clone(self):
+        return set_grad_enabled(self._target)
+
+    def __call__(self, fn):
+        # Used as a decorator, the call above must not leave the mode changed.
+        _state.enabled = self._prev
+        return super().__call__(fn)
 
     def __enter__(self):
         pass
@@ -64,5 +82,13 @@ class set_grad_enabled(_GradModeContext):
 
 
 class inference_mode(no_grad):
+    def __new__(cls, mode=True):
+        if callable(mode):  # bare `@inference_mode`
+            return cls()(mode)
+        return object.__new__(cls)
+
     def __init__(self, mode: bool = True):
         self._target = not mode
+
+    def _clone(self):
+        return inference_mode(not self._target)

@@ -37,14 +37,30 @@ class SavedTensor:
         if t is None:
             raise RuntimeError(_FREED)
         if t._version != self.version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{t._type_name()} {list(t.shape)}], which is output "
-                f"{self.output_nr} of {self.node_name}, is at version {t._version}; expected "
-                f"version {self.version} instead. Hint: the backtrace further above can point "
-                "to the operation that failed to compute its gradient."
-            )
+            # Like torch, name the tensor's current producer (the in-place op that changed it).
+            raise version_error(t, t.grad_fn, t._output_nr, self.version)
         return t
+
+
+def version_error(t, producer, output_nr: int, expected: int) -> RuntimeError:
+    """torch's error for a saved tensor modified in place after it was saved."""
+    where = ""
+    if producer is not None:
+        where = f", which is output {output_nr} of {_forward_name(producer.name())},"
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an "
+        f"inplace operation: [{t._type_name()} {list(t.shape)}]{where} is at version "
+        f"{t._version}; expected version {expected} instead. Hint: the backtrace further "
+        "above can point to the operation that failed to compute its gradient."
+    )
+
+
+def _forward_name(node_name: str) -> str:
+    """torch names the forward op in version errors: ExpBackward0 -> Exp."""
+    head, sep, tail = node_name.rpartition("Backward")
+    if sep and (not tail or tail.isdigit()):
+        return head
+    return node_name
 
 
 class Node:
@@ -63,6 +79,11 @@ class Node:
 
     def release(self) -> None:
         """Drop saved tensors after a backward without retain_graph."""
+
+    @property
+    def materialize_grads(self) -> bool:
+        """Whether outputs that got no gradient receive zeros (else None)."""
+        return True
 
     def register_prehook(self, output_nr: int, hook) -> None:
         if self.pre_hooks is None:
@@ -112,8 +133,8 @@ class OpNode(Node):
         return self._name
 
     def apply(self, grads):
-        if self.saved_inputs is None:
-            raise RuntimeError(_FREED)
+        # A released node still runs if its rule needs no saved tensor (as torch's do);
+        # GradContext raises when a rule asks for one that was freed.
         ctx = GradContext(self)
         result = self.opdef.grad(ctx, *grads)
         if not isinstance(result, (tuple, list)):
@@ -135,9 +156,11 @@ class GradContext:
 
     @property
     def inputs(self):
-        return tuple(s.unpack() for s in self._node.saved_inputs)
+        return tuple(self.input(i) for i in range(len(self._node.in_metas)))
 
     def input(self, i: int):
+        if self._node.saved_inputs is None:
+            raise RuntimeError(_FREED)
         return self._node.saved_inputs[i].unpack()
 
     @property
@@ -146,15 +169,12 @@ class GradContext:
 
     def output(self, i: int):
         node = self._node
+        if node.saved_outputs is None:
+            raise RuntimeError(_FREED)
         ref, version = node.saved_outputs[i]
         t = node._make_output(ref, node.out_metas[i], node, i)
         if t._version != version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{t._type_name()} {list(t.shape)}], which is output {i} "
-                f"of {node.name()}, is at version {t._version}; expected version {version} "
-                "instead."
-            )
+            raise version_error(t, node, i, version)
         return t
 
     @property
@@ -175,6 +195,10 @@ class GradContext:
 
 
 def _camel(name: str) -> str:
+    # A Python-number operand is an attr of a separate `<op>_scalar` op; torch names both
+    # forms' nodes after the op (x * 2 has grad_fn MulBackward0).
+    if name.endswith("_scalar"):
+        name = name[: -len("_scalar")]
     return "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_"))
 
 

@@ -311,7 +311,7 @@ class Primitives:
             w = _rng.words_for_piece(seed, offset, logical_shape, piece, 1)[..., 0]
             if kind == "uniform":
                 lo, hi = params.get("low", 0.0), params.get("high", 1.0)
-                out = lo + (hi - lo) * _rng.uniform_from_words(w)
+                out = lo + (hi - lo) * _rng.uniform_from_words(w, dtype)
             elif kind == "randint":
                 lo, hi = params["low"], params["high"]
                 out = lo + (w % np.uint64(hi - lo)).astype(np.int64)

@@ -9,6 +9,7 @@ the first word we need and discard the leading remainder.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 _WORDS_PER_BLOCK = 4
@@ -24,9 +25,24 @@ def words(seed: int, start: int, count: int) -> np.ndarray:
     return raw[skip:] if skip else raw
 
 
-def uniform_from_words(w: np.ndarray) -> np.ndarray:
-    """Map uint64 words to float64 in [0, 1) using the top 53 bits."""
-    return (w >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+def mantissa_bits(dtype=None) -> int:
+    """Bits of a uniform draw that `dtype` holds exactly (its significand, hidden bit included);
+    53 for float64, non-float dtypes and None."""
+    np_dtype = None if dtype is None else np.dtype(getattr(dtype, "np", dtype))
+    if np_dtype is None or not (np_dtype.kind == "f" or np_dtype == ml_dtypes.bfloat16):
+        return 53
+    return min(int(ml_dtypes.finfo(np_dtype).nmant) + 1, 53)
+
+
+def uniform_from_words(w: np.ndarray, dtype=None) -> np.ndarray:
+    """Map uint64 words to float64 in [0, 1) using their top bits.
+
+    With a `dtype`, only as many bits as its significand holds are kept, so every value is exact
+    in that dtype and the cast cannot round up to 1.0 (a float32 draw from 53 bits would, about
+    once in 2**25 draws).
+    """
+    bits = mantissa_bits(dtype)
+    return (w >> np.uint64(64 - bits)).astype(np.float64) * (1.0 / float(1 << bits))
 
 
 def words_for_piece(seed, offset, logical_shape, piece_slices, words_per_elem=1):
@@ -42,7 +58,7 @@ def words_for_piece(seed, offset, logical_shape, piece_slices, words_per_elem=1)
     strides = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * shape[i + 1]
-    ranges = [range(*s.indices(n)) for s, n in zip(piece_slices, shape)]
+    ranges = [range(*s.indices(n)) for s, n in zip(piece_slices, shape, strict=True)]
     piece_shape = tuple(len(r) for r in ranges)
     # Find the longest suffix of axes the piece covers fully: those form contiguous runs.
     run_axis = len(shape)

@@ -1,4 +1,16 @@
-"""Special functions NumPy lacks, vectorised to double precision."""
+"""Special functions NumPy lacks, vectorised to double precision.
+
+erf(x), odd, is evaluated on |x| in three ranges:
+  |x| < 0.5      erf(x) = x * P(x**2), P the Maclaurin series (14 terms reach 1e-19), which
+                 keeps the relative error small for tiny and subnormal x;
+  0.5 <= |x| < 6 a Taylor polynomial about the centre c of each half-unit interval, with
+                 |x - c| <= 1/4.  Its coefficients come from erf's derivatives,
+                 erf^(n)(c) = 2/sqrt(pi) (-1)^(n-1) H_(n-1)(c) exp(-c*c) (physicists' Hermite
+                 polynomials), anchored on erf(c) from `math.erf`; every term past the first
+                 is a small correction, so Horner's rule adds only a few roundings;
+  |x| >= 6       erf(x) = sign(x): erfc(6) ~ 2e-17 is below half an ulp of 1.
+The coefficients are computed once at import from these formulas; nothing is tabulated.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +18,69 @@ import math
 
 import numpy as np
 
-_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+_SMALL = 0.5
+_STEP = 0.5
+_ONE = 6.0
+_N_SMALL = 14  # Maclaurin terms in x**2
+_DEGREE = 19  # Taylor degree per interval: the last term is < 1e-18 on every interval
+_TWO_OVER_ROOT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _maclaurin() -> np.ndarray:
+    """P(u) = 2/sqrt(pi) sum_n (-1)^n u^n / (n! (2n+1)), lowest power first."""
+    return np.array([
+        _TWO_OVER_ROOT_PI * (-1) ** n / (math.factorial(n) * (2 * n + 1))
+        for n in range(_N_SMALL)
+    ])
+
+
+def _taylor(c: float) -> list[float]:
+    """Coefficients a_n = erf^(n)(c) / n!, n = 0.._DEGREE."""
+    hermite = [1.0, 2.0 * c]
+    for n in range(1, _DEGREE):
+        hermite.append(2.0 * c * hermite[n] - 2.0 * n * hermite[n - 1])
+    scale = _TWO_OVER_ROOT_PI * math.exp(-c * c)
+    coeffs = [math.erf(c)]
+    for n in range(1, _DEGREE + 1):
+        coeffs.append(scale * (-1) ** (n - 1) * hermite[n - 1] / math.factorial(n))
+    return coeffs
+
+
+_SMALL_COEFFS = _maclaurin()
+_N_INTERVALS = round((_ONE - _SMALL) / _STEP)
+_CENTRES = np.array([_SMALL + (i + 0.5) * _STEP for i in range(_N_INTERVALS)])
+# _TABLE[n, i]: coefficient n of interval i, so Horner needs one gather per step.
+_TABLE = np.array([_taylor(c) for c in _CENTRES]).T.copy()
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    # Placeholder accuracy path: exact per element (slow); replaced by a vectorised
-    # rational approximation in ops work.
-    return _erf_scalar(x.astype(np.float64)).astype(np.float64)
+    """The error function in float64 (relative error a few 1e-16) for a real array."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    out = np.empty_like(x)
+
+    small = a < _SMALL
+    if small.any():
+        xs = x[small]
+        u = xs * xs
+        acc = np.full_like(u, _SMALL_COEFFS[-1])
+        for coeff in _SMALL_COEFFS[-2::-1]:
+            acc = acc * u + coeff
+        out[small] = xs * acc
+
+    mid = (a >= _SMALL) & (a < _ONE)
+    if mid.any():
+        am = a[mid]
+        idx = np.minimum(((am - _SMALL) / _STEP).astype(np.intp), _N_INTERVALS - 1)
+        h = am - _CENTRES[idx]
+        acc = _TABLE[-1][idx]
+        for row in _TABLE[-2::-1]:
+            acc = acc * h + row[idx]
+        out[mid] = np.copysign(acc, x[mid])
+
+    big = a >= _ONE  # NaN compares False here and is copied through below
+    out[big] = np.copysign(1.0, x[big])
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = x[nan]
+    return out

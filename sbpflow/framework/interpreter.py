@@ -13,6 +13,7 @@ rewires the base through a `CopySlices` node, as torch does, so gradients stay r
 from __future__ import annotations
 
 from .._core.errors import op_error
+from ..autograd.function import set_tensor_type as _set_function_tensor_type
 from ..autograd.grad_mode import is_grad_enabled, no_grad
 from ..autograd.node import Node, OpNode
 from ..device import Device
@@ -58,7 +59,7 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
     if tensors:
         dev = tensors[0]._device
         for t in tensors:
-            if t._device != dev:
+            if t._device is not dev and t._device != dev:
                 raise op_error(
                     opdef.name,
                     "Expected all tensors to be on the same device, but found at least two "
@@ -300,5 +301,7 @@ def _torch_type(d) -> str:
 
 
 registry.set_dispatcher(apply)
+# autograd.Function.apply tells tensor arguments apart by this type (autograd can't import it).
+_set_function_tensor_type(Tensor)
 
 __all__ = ["apply", "assign", "check_inplace", "inplace", "no_grad"]

@@ -130,6 +130,9 @@ class Tensor:
         st = tuple(s // host.itemsize if host.itemsize else 0 for s in host.strides)
         # NumPy reports arbitrary strides for size-1 and size-0 axes; torch's are canonical.
         st = _canonical_strides(self._meta.shape, st)
+        if self._meta.numel == 0:
+            # NumPy reports all-zero strides for empty arrays; torch's are contiguous ones.
+            st = _contiguous_strides(self._meta.shape)
         return st if dim is None else st[dim]
 
     def is_contiguous(self, memory_format=None) -> bool:

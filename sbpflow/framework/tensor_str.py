@@ -98,13 +98,16 @@ class _ElementFormat:
             return
         finite_nonzero = values[np.isfinite(values) & (values != 0)]
         if finite_nonzero.size == 0:
-            self._apply_forced_sci()
+            # Zeros, infs and nans only: torch keeps integer mode even under sci_mode=True.
             return
         magnitudes = np.abs(finite_nonzero)
         lo, hi = float(magnitudes.min()), float(magnitudes.max())
         self.whole = bool(np.all(finite_nonzero == np.ceil(finite_nonzero)))
         wide_range = hi / lo > 1000.0 or hi > 1.0e8
-        self.sci = wide_range if self.whole else (wide_range or lo < 1.0e-4)
+        if _OPTS.sci_mode is not None:
+            self.sci = _OPTS.sci_mode
+        else:
+            self.sci = wide_range if self.whole else (wide_range or lo < 1.0e-4)
         samples = finite_nonzero.tolist()
         if self.sci:
             self.width = max(len(self._sci(v)) for v in samples)
@@ -112,11 +115,6 @@ class _ElementFormat:
             self.width = max(len(f"{v:.0f}") + 1 for v in samples)
         else:
             self.width = max(len(self._fixed(v)) for v in samples)
-        self._apply_forced_sci()
-
-    def _apply_forced_sci(self):
-        if _OPTS.sci_mode is not None:
-            self.sci = _OPTS.sci_mode
 
     @staticmethod
     def _sci(v: float) -> str:

@@ -1,3 +1,8 @@
-"""Neural-network API: `nn.functional` now; modules arrive with the nn issue."""
+"""Neural networks: modules, functional, init, utils."""
 
-from . import functional  # noqa: F401
+from ..framework.parameter import Parameter
+from . import functional, init, utils
+from .modules import *  # noqa: F403
+from .modules import __all__ as _modules_all
+
+__all__ = ["Parameter", "functional", "init", "utils", *_modules_all]

@@ -187,6 +187,8 @@ class OpDef:
     # -- schema ---------------------------------------------------------------------------
     def bind_attrs(self, attrs: dict) -> dict:
         """Validate and normalise attrs, filling defaults; raise naming op and argument."""
+        if not attrs and not self.attrs:
+            return attrs
         out = {}
         for key in attrs:
             if key not in self.attrs:
@@ -216,7 +218,9 @@ class OpDef:
     def meta(self, in_metas: tuple[TensorMeta, ...], attrs: dict) -> tuple[TensorMeta, ...]:
         """Output metas, cached by input metas and attrs."""
         try:
-            key = (in_metas, tuple(attrs.values()))
+            values = tuple(attrs.values())
+            # 1, 1.0 and True are equal dict keys but promote differently: key on types too.
+            key = (in_metas, values, tuple(map(type, values)))
             hit = self._meta_cache.get(key)
         except TypeError:  # an unhashable attr value
             key, hit = None, None

@@ -32,12 +32,43 @@ def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=Fa
     return out
 
 
+def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
+    """Write src (broadcast to self's shape, cast to self's dtype) into self."""
+    from .. import interpreter
+    from ._base import as_tensor_arg
+
+    src = as_tensor_arg("copy_", "src", src, self)
+    if src.dtype is not self.dtype:
+        src = call("to_dtype", src, dtype=self.dtype)
+    if tuple(src.shape) != tuple(self.shape):
+        src = call("expand", src, size=tuple(self.shape))
+    return interpreter.assign(self, src, "copy_")
+
+
+def fill_(self: Tensor, value) -> Tensor:
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            raise RuntimeError(
+                "fill_ only supports 0-dimension value tensor but got tensor with "
+                f"{value.dim()} dimensions."
+            )
+        return copy_(self, value)
+    from .. import interpreter
+    from ...ops import registry
+
+    full = interpreter.apply(registry.get("full"), (),
+                             {"shape": tuple(self.shape), "fill_value": value,
+                              "dtype": self.dtype}, device=self.device)
+    return interpreter.assign(self, full, "fill_")
+
+
 def _cast(d):
     return lambda self, memory_format=None: to(self, d)
 
 
 METHODS = {
-    "clone": clone, "to": to,
+    "clone": clone, "to": to, "copy_": copy_, "fill_": fill_,
+    "zero_": lambda self: fill_(self, 0),
     "float": _cast(dt.float32), "double": _cast(dt.float64), "half": _cast(dt.float16),
     "bfloat16": _cast(dt.bfloat16), "long": _cast(dt.int64), "int": _cast(dt.int32),
     "short": _cast(dt.int16), "char": _cast(dt.int8), "byte": _cast(dt.uint8),

@@ -6,6 +6,9 @@ import numpy as np
 
 from ..._core import dtype as dt
 from ...device import Device
+from ...ops import registry
+from .. import interpreter
+from ..generator import get_rng_state, set_rng_state  # re-exported as sbpflow.*
 from ..tensor import Tensor
 from ._base import call, shape_args
 
@@ -136,12 +139,263 @@ empty_like = _like(empty)
 full_like = _like(full)
 
 
-def _apply_creation(name, device, **attrs):
-    from .. import interpreter
-    from ...ops import registry
+def _apply_creation(name, device, generator=None, **attrs):
+    return interpreter.apply(registry.get(name), (), attrs, device=device, generator=generator)
 
-    return interpreter.apply(registry.get(name), (), attrs, device=device)
 
+def _number(op: str, arg: str, x):
+    """A Python number from a number, a NumPy scalar or a one-element tensor (torch accepts
+    0-d tensors for arange's and linspace's bounds)."""
+    if isinstance(x, Tensor):
+        if x.numel() != 1:
+            raise TypeError(f"{op}(): argument '{arg}' must be Number, not a tensor of "
+                            f"{x.numel()} elements")
+        return x.item()
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, (bool, int, float)):
+        return x
+    raise TypeError(f"{op}(): argument '{arg}' must be Number, not {type(x).__name__}")
+
+
+def _size(op: str, args, size):
+    """The size of f(*size) or f(size=...): f(2, 3), f((2, 3)), f([2, 3]), f(Size)."""
+    if size is not None:
+        if args:
+            raise TypeError(f"{op}(): got multiple values for argument 'size'")
+        args = (size,)
+    return shape_args(op, args)
+
+
+# -- ranges -----------------------------------------------------------------------------------
+def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """arange(end), arange(start, end), arange(start, end, step): torch's values and length;
+    the dtype is int64 unless a bound or the step is a float (then the default dtype)."""
+    if end is None:
+        start, end = 0, start
+    start = _number("arange", "start", start)
+    end = _number("arange", "end", end)
+    step = _number("arange", "step", step)
+    if dtype is None:
+        floats = any(isinstance(v, float) for v in (start, end, step))
+        dtype = dt.get_default_dtype() if floats else dt.int64
+    t = _apply_creation("arange", device, start=start, end=end, step=step,
+                        dtype=dt.as_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    t = _apply_creation("linspace", device, start=_number("linspace", "start", start),
+                        end=_number("linspace", "end", end), steps=steps,
+                        dtype=_factory_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
+             requires_grad=False) -> Tensor:
+    t = _apply_creation("logspace", device, start=_number("logspace", "start", start),
+                        end=_number("logspace", "end", end), steps=steps, base=base,
+                        dtype=_factory_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    t = _apply_creation("eye", device, n=n, m=m, dtype=_factory_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+# -- random -----------------------------------------------------------------------------------
+def _size_kw(op: str, size, kw):
+    if set(kw) - {"size"}:
+        raise TypeError(f"{op}(): got an unexpected keyword argument '{next(iter(kw))}'")
+    return _size(op, size, kw.get("size"))
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **kw) -> Tensor:
+    """Uniform on [0, 1): rand(2, 3), rand((2, 3)) or rand(size=(2, 3))."""
+    t = _apply_creation("uniform", device, generator, shape=_size_kw("rand", size, kw),
+                        low=0.0, high=1.0, dtype=_factory_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **kw) -> Tensor:
+    """Standard normal: randn(2, 3), randn((2, 3)) or randn(size=(2, 3))."""
+    t = _apply_creation("normal", device, generator, shape=_size_kw("randn", size, kw),
+                        mean=0.0, std=1.0, dtype=_factory_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def _int_arg(x):
+    """A one-element integer tensor as an int; anything else is left to the op's attr check,
+    which raises torch's TypeError for non-integers."""
+    if isinstance(x, Tensor) and x.numel() == 1 and not x.dtype.is_floating_point:
+        return int(x.item())
+    return x
+
+
+def randint(*args, size=None, low=None, high=None, generator=None, dtype=None, device=None,
+            requires_grad=False) -> Tensor:
+    """randint(high, size) or randint(low, high, size): integers in [low, high)."""
+    args = list(args)
+    if size is None:
+        if not args:
+            raise TypeError("randint(): missing required argument 'size'")
+        size = args.pop()
+    if len(args) == 2:
+        low, high = args
+    elif len(args) == 1:
+        if high is None:
+            high = args[0]
+        else:
+            low = args[0]
+    elif len(args) > 2:
+        raise TypeError(f"randint(): takes at most 3 positional arguments ({len(args) + 1} "
+                        "given)")
+    if high is None:
+        raise TypeError("randint(): missing required argument 'high'")
+    low = 0 if low is None else low
+    t = _apply_creation("randint", device, generator, shape=shape_args("randint", (size,)),
+                        low=_int_arg(low),
+                        high=_int_arg(high),
+                        dtype=dt.int64 if dtype is None else dt.as_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    t = _apply_creation("randperm", device, generator, n=_int_arg(n),
+                        dtype=dt.int64 if dtype is None else dt.as_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
+    """normal(mean, std, size) with numbers, or normal(mean, std) with a tensor mean and/or std
+    (broadcast).  With tensors the result is mean + std * z with z drawn from the generator;
+    like torch it carries no gradient to mean or std (here: it does not require grad)."""
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        return _normal_tensors(mean, std, size, generator)
+    if size is None:
+        raise TypeError("normal(): with Number mean and std, argument 'size' is required")
+    t = _apply_creation("normal", device, generator, shape=shape_args("normal", (size,)),
+                        mean=mean, std=std, dtype=_factory_dtype(dtype))
+    return _finish(t, requires_grad)
+
+
+def _normal_tensors(mean, std, size, generator):
+    from ..._core.errors import broadcast_shapes
+    from .elementwise import add, mul
+
+    if size is not None:
+        raise TypeError("normal(): 'size' cannot be given with a tensor mean or std")
+    tensors = [x for x in (mean, std) if isinstance(x, Tensor)]
+    dtype = tensors[0].dtype
+    for x in tensors[1:]:
+        dtype = dt.promote_types(dtype, x.dtype)
+    if not dtype.is_floating_point:
+        raise NotImplementedError(f'normal(): "normal_kernel_cpu" not implemented for '
+                                  f"'{dtype.name}'")
+    if isinstance(std, (int, float)) and std < 0:
+        raise RuntimeError(f"normal(): normal expects std >= 0.0, but found std {std}")
+    shape = broadcast_shapes("normal", *(tuple(x.shape) for x in tensors))
+    z = randn(shape, generator=generator, dtype=dtype, device=tensors[0].device)
+    mean = mean.detach() if isinstance(mean, Tensor) else mean
+    std = std.detach() if isinstance(std, Tensor) else std
+    return add(mul(z, std), mean)
+
+
+def bernoulli(input, p=None, *, generator=None) -> Tensor:
+    """0/1 draws with probabilities `input` (or the number p for every element), in input's
+    dtype."""
+    probs = input
+    if p is not None:
+        pd = input.dtype if input.dtype.is_floating_point else dt.get_default_dtype()
+        probs = full(tuple(input.shape), _number("bernoulli", "p", p), dtype=pd,
+                     device=input.device)
+    out = interpreter.apply(registry.get("bernoulli"), (probs,), {}, generator=generator)
+    if out.dtype is not input.dtype:
+        out = call("to_dtype", out, dtype=input.dtype)
+    return out
+
+
+def rand_like(input, *, dtype=None, device=None, requires_grad=False, generator=None):
+    return rand(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
+                device=input.device if device is None else device, generator=generator,
+                requires_grad=requires_grad)
+
+
+def randn_like(input, *, dtype=None, device=None, requires_grad=False, generator=None):
+    return randn(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
+                 device=input.device if device is None else device, generator=generator,
+                 requires_grad=requires_grad)
+
+
+def randint_like(input, *args, low=None, high=None, dtype=None, device=None,
+                 requires_grad=False, generator=None):
+    """randint_like(input, high) or randint_like(input, low, high)."""
+    return randint(*args, size=tuple(input.shape), low=low, high=high, generator=generator,
+                   dtype=input.dtype if dtype is None else dtype,
+                   device=input.device if device is None else device,
+                   requires_grad=requires_grad)
+
+
+# -- in-place sampling methods -----------------------------------------------------------------
+def _sample_inplace(name, draw):
+    """The Tensor method `name` that overwrites self with `draw(self, ...)` (same shape, dtype
+    and device), through the interpreter's in-place path (version bump, autograd checks)."""
+    def method(self, *args, **kwargs):
+        return interpreter.inplace(name, self, draw, args, kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _uniform_draw(src, *args, generator=None, **kw):
+    low, high = (list(args) + [kw.pop("from", 0.0), kw.pop("to", 1.0)][len(args):])[:2]
+    return _apply_creation("uniform", src.device, generator, shape=tuple(src.shape), low=low,
+                           high=high, dtype=src.dtype, **kw)
+
+
+def _normal_draw(src, mean=0.0, std=1.0, *, generator=None):
+    return _apply_creation("normal", src.device, generator, shape=tuple(src.shape), mean=mean,
+                           std=std, dtype=src.dtype)
+
+
+def _random_draw(src, *args, generator=None, **kw):
+    """random_(): [0, 2**digits] for floats, [0, max] for integers; random_(to): [0, to);
+    random_(from, to): [from, to)."""
+    args = list(args)
+    low, high = kw.pop("from", None), kw.pop("to", None)
+    if len(args) == 2:
+        low, high = args
+    elif len(args) == 1:
+        high = args[0]
+    low = 0 if low is None else low
+    if high is None:
+        d = src.dtype
+        if d.is_floating_point:
+            high = 2 ** _digits(d) + 1
+        else:
+            high = 2 if d is dt.bool_ else int(np.iinfo(d.np).max) + 1
+    return _apply_creation("randint", src.device, generator, shape=tuple(src.shape),
+                           low=_int_arg(low),
+                           high=_int_arg(high), dtype=src.dtype, **kw)
+
+
+def _digits(d) -> int:
+    from ...device.random import mantissa_bits
+
+    return mantissa_bits(d)
+
+
+def _bernoulli_draw(src, p=0.5, *, generator=None):
+    if isinstance(p, Tensor):
+        probs = p.detach()
+        if tuple(probs.shape) != tuple(src.shape):
+            probs = probs.expand(*src.shape)
+        out = bernoulli(probs, generator=generator)
+    else:
+        out = bernoulli(src.detach(), p, generator=generator)
+    return out if out.dtype is src.dtype else call("to_dtype", out, dtype=src.dtype)
 
 def _tensor_ctor(*args, **kwargs):
     """Legacy `Tensor(...)`: Tensor(2, 3) allocates; Tensor([..]) copies data as float."""
@@ -163,9 +417,16 @@ METHODS = {
         *size, dtype=dtype or self.dtype, device=self.device, **kw),
     "new_tensor": lambda self, data, dtype=None, **kw: tensor(
         data, dtype=dtype or self.dtype, device=self.device, **kw),
+    "uniform_": _sample_inplace("uniform_", _uniform_draw),
+    "normal_": _sample_inplace("normal_", _normal_draw),
+    "random_": _sample_inplace("random_", _random_draw),
+    "bernoulli_": _sample_inplace("bernoulli_", _bernoulli_draw),
+    "bernoulli": bernoulli,
 }
 
 __all__ = [
-    "as_tensor", "empty", "empty_like", "from_numpy", "full", "full_like", "ones", "ones_like",
-    "scalar_tensor", "tensor", "zeros", "zeros_like",
+    "arange", "as_tensor", "bernoulli", "empty", "empty_like", "eye", "from_numpy", "full",
+    "full_like", "get_rng_state", "linspace", "logspace", "normal", "ones", "ones_like", "rand",
+    "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "scalar_tensor",
+    "set_rng_state", "tensor", "zeros", "zeros_like",
 ]

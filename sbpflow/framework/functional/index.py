@@ -1,7 +1,457 @@
-"""index functions."""
+"""Indexing: `Tensor.__getitem__`/`__setitem__`, gather/scatter, index_select/index_add/
+index_put, masked_fill/masked_select and friends.
+
+`x[key]` follows torch's two steps (see sbpflow/ops/index.py for the key encoding):
+
+1. ints, slices, None and Ellipsis make a view with the `slice` op (ints select, so they never
+   take part in advanced indexing: `x[0, :, [0, 1]]` is `x[0][:, [0, 1]]`, unlike NumPy);
+2. the index tensors (lists, integer tensors, bool masks, Python bools) then index that view
+   with the `index` op, a copy.  Bool masks become the integer tensors of their nonzero
+   positions first, since an op's output shape must follow from metas alone.
+
+`x[key] = value` writes through: a basic key copies `value` (broadcast, cast) into the view with
+`interpreter.assign`; an advanced key runs `index_put` out of place and assigns its result into
+the (view of the) tensor with `interpreter.inplace`, so autograd and version counters see one
+in-place write, as in torch.
+
+Index values are checked on the host here, before the op runs: metas cannot see them and
+kernels must not raise for user errors.  That is a synchronisation point, as in torch.
+"""
 
 from __future__ import annotations
 
-METHODS: dict = {}
+import operator
 
-__all__: list[str] = []
+import numpy as np
+
+from ..._core import dtype as dt
+from ..._core.errors import normalize_dim
+from ...ops import registry
+from ...ops.index import FULL
+from .. import interpreter
+from ..tensor import Tensor
+from ._base import call, inplace_method, is_scalar
+
+_INT_INDEX = (dt.int64, dt.int32)
+_MASK = (dt.bool_, dt.uint8)
+
+
+def _tensor(data, dtype=None, device=None) -> Tensor:
+    from .creation import tensor
+
+    return tensor(data, dtype=dtype, device=device)
+
+
+def _host_values(t: Tensor) -> np.ndarray:
+    return np.asarray(t._host())
+
+
+def _meta_check(name: str, inputs, **attrs) -> None:
+    """Run an op's meta validation now, so shape errors come before bounds errors."""
+    opdef = registry.get(name)
+    tensors = list(inputs[0]) if opdef.variadic else list(inputs)
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}(): expected Tensor arguments, got {type(t).__name__}")
+    opdef.meta(tuple(t._meta for t in tensors), opdef.bind_attrs(attrs))
+
+
+def _check_range(index: Tensor, size: int, message, negative_ok: bool = False) -> None:
+    """Raise message(value) for the first index value outside [-size or 0, size)."""
+    if index.numel() == 0:
+        return
+    values = _host_values(index).reshape(-1)
+    lo = -size if negative_ok else 0
+    bad = np.nonzero((values < lo) | (values >= size))[0]
+    if bad.size:
+        raise message(int(values[bad[0]]))
+
+
+# -- the key -----------------------------------------------------------------------------------
+def _treat_as_tuple(seq) -> bool:
+    """torch's rule for a non-tuple sequence key: a list holding slices, Ellipsis, None,
+    tensors or sequences is a tuple of indices; otherwise it is one index tensor."""
+    if len(seq) >= 32:
+        return False
+    return any(
+        x is None or x is Ellipsis or isinstance(x, (slice, Tensor, list, tuple, np.ndarray))
+        for x in seq)
+
+
+def _slice_entry(s: slice) -> tuple:
+    def bound(v):
+        return None if v is None else _as_int(v)
+
+    step = bound(s.step)
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    if step is not None and step < 0:
+        raise ValueError("step must be greater than zero")
+    return ("slice", bound(s.start), bound(s.stop), 1 if step is None else step)
+
+
+def _as_int(v) -> int:
+    if isinstance(v, Tensor):
+        return v.__index__()
+    return operator.index(v)
+
+
+def _index_tensor(obj, device) -> Tensor:
+    """A list / NumPy array index as a tensor (an empty one is an integer index)."""
+    arr = np.asarray(obj._host() if isinstance(obj, Tensor) else obj)
+    if arr.size == 0 and arr.dtype.kind not in "b":
+        return _tensor(arr.astype(np.int64), device=device)
+    return _tensor(obj, device=device)
+
+
+def _classify(k, device):
+    """One key item as (kind, value, number of source axes it consumes)."""
+    if k is None:
+        return "none", None, 0
+    if k is Ellipsis:
+        return "ellipsis", None, 0
+    if isinstance(k, bool):
+        return "bool", k, 0
+    if isinstance(k, slice):
+        return "slice", _slice_entry(k), 1
+    if isinstance(k, Tensor):
+        if k.ndim == 0 and k.dtype is dt.bool_:
+            return "bool", bool(k.item()), 0
+        if k.ndim == 0 and k.dtype in _INT_INDEX + (dt.int16, dt.int8):
+            return "int", int(k.item()), 1  # a 0-d integer tensor selects, as in torch
+        return _tensor_item(k)
+    if isinstance(k, (int, np.integer)):
+        return "int", int(k), 1
+    if isinstance(k, (list, tuple, np.ndarray)):
+        return _tensor_item(_index_tensor(k, device))
+    raise IndexError(
+        "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are "
+        f"valid indices (got {type(k).__name__})")
+
+
+def _tensor_item(t: Tensor):
+    if t.dtype in _MASK:
+        return "mask", t, t.ndim
+    if t.dtype not in _INT_INDEX:
+        raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    return "tensor", t, 1
+
+
+def _split_key(x: Tensor, key):
+    """(basic key for the `slice` op, [(axis of the sliced view, index tensor or mask)])."""
+    if isinstance(key, tuple):
+        items = key
+    elif isinstance(key, list) and _treat_as_tuple(key):
+        items = tuple(key)
+    else:
+        items = (key,)
+    parsed = [_classify(k, x.device) for k in items]
+    if sum(kind == "ellipsis" for kind, _, _ in parsed) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(n for _, _, n in parsed)
+    if consumed > x.ndim:
+        if x.ndim == 0 and any(kind == "int" for kind, _, _ in parsed):
+            raise IndexError(
+                "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or "
+                "`tensor.item<T>()` in C++ to convert a 0-dim tensor to a number")
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    basic, advanced = [], []
+    axis = 0  # axis of the sliced view
+    for kind, value, n in parsed:
+        if kind == "int":
+            basic.append(("int", value))
+        elif kind == "slice":
+            basic.append(value)
+            axis += 1
+        elif kind == "none":
+            basic.append(("none",))
+            axis += 1
+        elif kind == "ellipsis":
+            basic.append(("ellipsis",))
+            axis += x.ndim - consumed
+        elif kind == "bool":  # x[True] adds an axis and keeps it, x[False] empties it
+            basic.append(("none",))
+            advanced.append((axis, _tensor([0] if value else [], dtype=dt.int64,
+                                           device=x.device)))
+            axis += 1
+        else:
+            basic.extend([FULL] * n)
+            advanced.append((axis, value))
+            axis += n
+    return tuple(basic), advanced
+
+
+def _is_identity(basic) -> bool:
+    return all(e == FULL or e == ("ellipsis",) for e in basic)
+
+
+def _advanced_key(view: Tensor, advanced):
+    """The `index` op key and index tensors for the advanced part, with torch's checks."""
+    entries = [FULL] * view.ndim
+    indices = []
+    for axis, t in advanced:
+        if t.dtype in _MASK:
+            if t.dtype is dt.uint8:
+                t = call("to_dtype", t, dtype=dt.bool_)
+            shape = view._meta.shape
+            for j, n in enumerate(t._meta.shape):
+                if shape[axis + j] != n:
+                    raise IndexError(
+                        f"The shape of the mask {list(t.shape)} at index {j} does not match "
+                        f"the shape of the indexed tensor {list(shape)} at index {axis + j}")
+            for j, positions in enumerate(np.nonzero(_host_values(t))):
+                entries[axis + j] = ("tensor", len(indices))
+                indices.append(_tensor(positions.astype(np.int64), device=view.device))
+        else:
+            entries[axis] = ("tensor", len(indices))
+            indices.append(t)
+    # torch numbers the dimension in its message among the indexed axes only
+    indexed = [(axis, e[1]) for axis, e in enumerate(entries) if e != FULL]
+    for k, (axis, i) in enumerate(indexed):
+        size = view._meta.shape[axis]
+
+        def out_of_bounds(v, k=k, size=size):
+            return IndexError(f"index {v} is out of bounds for dimension {k} with size {size}")
+
+        _check_range(indices[i], size, out_of_bounds, negative_ok=True)
+    last = max(i for i, e in enumerate(entries) if e != FULL)
+    return tuple(entries[:last + 1]), indices
+
+
+def getitem(self: Tensor, key):
+    basic, advanced = _split_key(self, key)
+    if not advanced:
+        return call("slice", self, key=basic)
+    view = self if _is_identity(basic) else call("slice", self, key=basic)
+    index_key, indices = _advanced_key(view, advanced)
+    if any(i._device != view._device for i in indices):
+        raise RuntimeError("indices should be either on cpu or on the same device as the "
+                           f"indexed tensor ({view.device})")
+    return call("index", [view, *indices], key=index_key)
+
+
+def _strip_leading_ones(value: Tensor) -> Tensor:
+    """torch drops a value's leading size-1 axes before broadcasting it into x[key]."""
+    shape = value._meta.shape
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return call("view", value, shape=shape[k:]) if k and value.is_contiguous() else (
+        call("reshape", value, shape=shape[k:]) if k else value)
+
+
+def _value_tensor(value, like: Tensor) -> Tensor:
+    if isinstance(value, Tensor):
+        return _strip_leading_ones(value)
+    if is_scalar(value):
+        return interpreter.apply(registry.get("full"), (),
+                                 {"shape": (), "fill_value": value, "dtype": like.dtype},
+                                 device=like.device)
+    try:
+        return _strip_leading_ones(_tensor(value, dtype=like.dtype, device=like.device))
+    except (TypeError, ValueError):
+        raise TypeError(f"can't assign a {type(value).__name__} to a "
+                        f"{like._type_name().replace('torch', 'sbpflow')}") from None
+
+
+def _index_put_fn(src: Tensor, values: Tensor, *indices, key, accumulate=False) -> Tensor:
+    return call("index_put", [src, values, *indices], key=key, accumulate=accumulate)
+
+
+def setitem(self: Tensor, key, value) -> None:
+    basic, advanced = _split_key(self, key)
+    if not advanced:
+        view = call("slice", self, key=basic)
+        v = _value_tensor(value, view)
+        if v.dtype is not view.dtype:
+            v = call("to_dtype", v, dtype=view.dtype)
+        if v._meta.shape != view._meta.shape:
+            v = call("expand", v, size=view._meta.shape)
+        interpreter.assign(view, v, "copy_")
+        return
+    view = self if _is_identity(basic) else call("slice", self, key=basic)
+    index_key, indices = _advanced_key(view, advanced)
+    v = _value_tensor(value, view)
+    interpreter.inplace("index_put_", view, _index_put_fn, (v, *indices), {"key": index_key})
+
+
+# -- index_put ---------------------------------------------------------------------------------
+def _put_key(input: Tensor, indices):
+    if not isinstance(indices, (tuple, list)):
+        raise TypeError(f"index_put(): argument 'indices' (position 1) must be tuple of "
+                        f"Tensors, not {type(indices).__name__}")
+    advanced, axis = [], 0
+    for i, t in enumerate(indices):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
+                            f"{type(t).__name__}")
+        kind, value, n = _tensor_item(t)
+        advanced.append((axis, value))
+        axis += n
+    if axis > input.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {input.ndim} (got {axis})")
+    if not advanced:
+        raise RuntimeError("index_put(): expected at least one index tensor")
+    return _advanced_key(input, advanced)
+
+
+def index_put(input: Tensor, indices, values: Tensor, accumulate: bool = False) -> Tensor:
+    if not isinstance(values, Tensor):
+        raise TypeError(f"index_put(): argument 'values' (position 2) must be Tensor, not "
+                        f"{type(values).__name__}")
+    key, tensors = _put_key(input, indices)
+    return call("index_put", [input, values, *tensors], key=key, accumulate=accumulate)
+
+
+# -- gather / scatter --------------------------------------------------------------------------
+def _dim_size(t: Tensor, dim: int) -> tuple[int, int]:
+    d = normalize_dim("index", dim, t.ndim)
+    return d, (t.shape[d] if t.ndim else 1)
+
+
+def _bounds_error(name, d, size):
+    return lambda v: RuntimeError(f"{name}(): index {v} is out of bounds for dimension {d} "
+                                  f"with size {size}")
+
+
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
+    _meta_check("gather", (input, index), dim=dim)
+    d, size = _dim_size(input, dim)
+    _check_range(index, size, _bounds_error("gather", d, size))
+    return call("gather", input, index, dim=dim)
+
+
+def _scatter_checked(name, inputs, dim, **attrs):
+    _meta_check(name, inputs, dim=dim, **attrs)
+    d, size = _dim_size(inputs[0], dim)
+    _check_range(inputs[1], size, _bounds_error("scatter", d, size))
+    return call(name, *inputs, dim=dim, **attrs)
+
+
+def scatter(input: Tensor, dim: int, index: Tensor, src=None, value=None, *, reduce=None):
+    if src is None and value is None:
+        raise TypeError("scatter(): expected a src tensor or a value")
+    if src is not None and not isinstance(src, Tensor):
+        src, value = None, src
+    if src is not None:
+        return _scatter_checked("scatter", (input, index, src), dim, reduce=reduce)
+    return _scatter_checked("scatter_value", (input, index), dim, value=value, reduce=reduce)
+
+
+def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return _scatter_checked("scatter_add", (input, index, src), dim)
+
+
+def take_along_dim(input: Tensor, indices: Tensor, dim=None) -> Tensor:
+    if dim is None:
+        return gather(reshape_flat(input), 0, reshape_flat(indices))
+    if input.ndim != indices.ndim:
+        raise RuntimeError(
+            "torch.take_along_dim(): input and indices should have the same number of "
+            f"dimensions, but got {input.ndim} dimensions for input, and {indices.ndim} "
+            "dimensions for indices")
+    d = normalize_dim("take_along_dim", dim, input.ndim)
+    from ..._core.errors import broadcast_shapes
+
+    in_shape = list(input.shape)
+    idx_shape = list(indices.shape)
+    in_shape[d] = idx_shape[d] = 1
+    common = broadcast_shapes("take_along_dim", tuple(in_shape), tuple(idx_shape))
+    want_in = common[:d] + (input.shape[d],) + common[d + 1:]
+    want_idx = common[:d] + (indices.shape[d],) + common[d + 1:]
+    if tuple(input.shape) != want_in:
+        input = call("expand", input, size=want_in)
+    if tuple(indices.shape) != want_idx:
+        indices = call("expand", indices, size=want_idx)
+    return gather(input, d, indices)
+
+
+def reshape_flat(t: Tensor) -> Tensor:
+    from .shape import reshape
+
+    return reshape(t, -1)
+
+
+def take(input: Tensor, index: Tensor) -> Tensor:
+    flat = reshape_flat(input)
+    return getitem(flat, index) if index.ndim else call(
+        "reshape", getitem(flat, call("reshape", index, shape=(1,))), shape=())
+
+
+# -- index_select / index_add ------------------------------------------------------------------
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    _meta_check("index_select", (input, index), dim=dim)
+    d, size = _dim_size(input, dim)
+    _check_range(index, size, _bounds_error("index_select", d, size))
+    return call("index_select", input, index, dim=dim)
+
+
+def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha=1) -> Tensor:
+    _meta_check("index_add", (input, index, source), dim=dim, alpha=alpha)
+    d, size = _dim_size(input, dim)
+    if index.numel() and (_host_values(index) < 0).any():
+        raise IndexError("index_add(): index out of range in self")
+    _check_range(index, size, _bounds_error("index_add", d, size))
+    return call("index_add", input, index, source, dim=dim, alpha=alpha)
+
+
+# -- masks -------------------------------------------------------------------------------------
+def masked_fill(input: Tensor, mask: Tensor, value) -> Tensor:
+    if isinstance(value, Tensor):
+        return call("masked_fill_tensor", input, mask, value)
+    if not is_scalar(value):
+        raise TypeError(f"masked_fill(): argument 'value' must be Number or Tensor, not "
+                        f"{type(value).__name__}")
+    return call("masked_fill", input, mask, value=value)
+
+
+def masked_select(input: Tensor, mask: Tensor) -> Tensor:
+    if mask.dtype is not dt.bool_:
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask, got "
+                           f"{mask._type_name()}")
+    from ..._core.errors import broadcast_shapes
+
+    shape = broadcast_shapes("masked_select", input._meta.shape, mask._meta.shape)
+    if input._meta.shape != shape:
+        input = call("expand", input, size=shape)
+    if mask._meta.shape != shape:
+        mask = call("expand", mask, size=shape)
+    if not shape:  # a 0-d mask indexes as x[True] / x[False]
+        return getitem(input, bool(mask.item()))
+    return getitem(input, mask)
+
+
+def nonzero(input: Tensor, *, as_tuple: bool = False):
+    """Positions of the non-zero elements (read on the host: the size depends on values)."""
+    host = _host_values(input)
+    if as_tuple:
+        if host.ndim == 0:
+            return (_tensor(np.zeros(int(host != 0), np.int64), device=input.device),)
+        return tuple(_tensor(p.astype(np.int64), device=input.device)
+                     for p in np.nonzero(host))
+    positions = np.argwhere(host).astype(np.int64) if host.ndim else np.zeros(
+        (int(host != 0), 0), np.int64)
+    return _tensor(positions, device=input.device)
+
+
+def argwhere(input: Tensor) -> Tensor:
+    return nonzero(input)
+
+
+METHODS = {
+    "__getitem__": getitem, "__setitem__": setitem,
+    "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
+    "scatter_": inplace_method("scatter_", scatter),
+    "scatter_add_": inplace_method("scatter_add_", scatter_add),
+    "index_select": index_select, "index_add": index_add,
+    "index_add_": inplace_method("index_add_", index_add),
+    "index_put": index_put, "index_put_": inplace_method("index_put_", index_put),
+    "masked_fill": masked_fill, "masked_fill_": inplace_method("masked_fill_", masked_fill),
+    "masked_select": masked_select, "take_along_dim": take_along_dim, "take": take,
+    "nonzero": nonzero, "argwhere": argwhere,
+}
+
+__all__ = [
+    "argwhere", "gather", "index_add", "index_put", "index_select", "masked_fill",
+    "masked_select", "nonzero", "scatter", "scatter_add", "take", "take_along_dim",
+]

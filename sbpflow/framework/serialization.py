@@ -1,0 +1,386 @@
+"""`save` / `load` without pickle: one safetensors file per checkpoint.
+
+The tensors go in the safetensors body, written with `safetensors.numpy`.  Everything else,
+the nesting of dicts/lists/tuples and the numbers, strings, bools and Nones among the tensors,
+goes as a JSON tree in the header's metadata under the key "sbpflow".  Loading parses that tree
+with a small, strict decoder: a file can only ever produce data (tensors, numbers, strings and
+containers), never run code.
+
+Interop:
+* A flat dict of str -> Tensor (a state dict) stores each tensor under its own key, so
+  `safetensors.torch.load_file` reads our file as that dict.
+* A plain safetensors file (no "sbpflow" metadata, e.g. `safetensors.torch.save_file` of a torch
+  state dict) loads as a flat dict of tensors, in file order.
+
+Saving is atomic: the file is written to a temporary name in the target directory, fsynced and
+renamed over the target, so a crash mid-save leaves the previous file intact.
+
+The tree format (version 1): JSON null/true/false/strings/finite numbers stand for themselves, a
+JSON list is a Python list, and an object with one tag is anything else:
+  {"T": name}           a tensor (optional "rg": true: requires_grad; "np": true: NumPy array)
+  {"F": "nan"|"inf"|"-inf"}  a non-finite float
+  {"U": [...]}          a tuple
+  {"D": [[key, value], ...]}  a dict (keys: str, int, float, bool, None); "o": true for
+                        OrderedDict
+  {"dtype": "float32"}  an sbpflow dtype
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections import OrderedDict
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .._core import dtype as dt
+from .tensor import Tensor
+
+_META_KEY = "sbpflow"
+_VERSION = 1
+_MAX_DEPTH = 256
+# safetensors' own limit on the header; a larger length field means a corrupt file.
+_MAX_HEADER = 100_000_000
+
+# safetensors dtype codes <-> NumPy dtypes we can hold as sbpflow tensors.
+_FROM_CODE = {
+    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype(np.int64),
+    "I32": np.dtype(np.int32), "I16": np.dtype(np.int16), "I8": np.dtype(np.int8),
+    "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
+}
+
+
+# -- save -----------------------------------------------------------------------------------
+class _Encoder:
+    """Turns an object into a JSON tree plus a dict of named NumPy arrays."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+        # id(tensor) -> name: a tensor reached twice is stored once and loads as one object.
+        # (The ids stay valid: every tensor is referenced by `obj` for the whole encoding.)
+        self._name_of: dict[int, str] = {}
+
+    def _name(self, path: list) -> str:
+        base = ".".join(str(p) for p in path) or "tensor"
+        name, k = base, 1
+        while name in self.arrays or name == "__metadata__":
+            name, k = f"{base}#{k}", k + 1
+        return name
+
+    def _array(self, obj, path, kind: str) -> dict:
+        known = self._name_of.get(id(obj))
+        node: dict[str, Any]
+        if known is None:
+            if kind == "np":
+                arr = obj
+                dt.from_numpy(arr.dtype)  # raises a clear TypeError for unsupported dtypes
+            else:
+                if obj.device.type != "cpu":
+                    raise NotImplementedError("save(): only CPU tensors can be saved for now")
+                arr = obj.detach()._host()
+            name = self._name(path)
+            self.arrays[name] = np.require(arr, requirements="C")  # keeps 0-d
+            self._name_of[id(obj)] = name
+            known = name
+        node = {"T": known}
+        if kind == "np":
+            node["np"] = True
+        elif obj.requires_grad:
+            node["rg"] = True
+        return node
+
+    def encode(self, obj, path: list, depth: int = 0):
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"save(): object nested deeper than {_MAX_DEPTH} levels at "
+                             f"{_where(path)}")
+        if isinstance(obj, Tensor):
+            return self._array(obj, path, "tensor")
+        if isinstance(obj, np.ndarray):
+            return self._array(obj, path, "np")
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, np.generic):
+            obj = obj.item()
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            if math.isfinite(obj):
+                return float(obj)
+            return {"F": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}
+        if isinstance(obj, dt.DType):
+            return {"dtype": obj.name}
+        if isinstance(obj, dict):
+            items = []
+            for k, v in obj.items():
+                if isinstance(k, np.generic):
+                    k = k.item()
+                if not (k is None or isinstance(k, (str, int, float, bool))):
+                    raise TypeError(
+                        f"save(): dict key {k!r} of type {type(k).__name__} at {_where(path)} "
+                        "is not supported (keys must be str, int, float, bool or None)"
+                    )
+                items.append([self.encode(k, path, depth + 1),
+                              self.encode(v, path + [k], depth + 1)])
+            node = {"D": items}
+            if isinstance(obj, OrderedDict):
+                node["o"] = True
+            return node
+        if isinstance(obj, tuple):
+            return {"U": [self.encode(v, path + [i], depth + 1) for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, path + [i], depth + 1) for i, v in enumerate(obj)]
+        raise TypeError(
+            f"save(): cannot save an object of type {type(obj).__module__}."
+            f"{type(obj).__qualname__} at {_where(path)}: only tensors, NumPy arrays, numbers, "
+            "strings, bools, None, dtypes, and dicts/lists/tuples of them are supported "
+            "(sbpflow never pickles)"
+        )
+
+
+def _where(path: list) -> str:
+    return "obj" + "".join(f"[{p!r}]" for p in path)
+
+
+def _header_metadata(root) -> dict[str, str]:
+    tree = json.dumps({"version": _VERSION, "root": root}, allow_nan=False,
+                      separators=(",", ":"))
+    # "format": "pt" is what safetensors.torch writes; other tools look for it.
+    return {_META_KEY: tree, "format": "pt"}
+
+
+def save(obj, f) -> None:
+    """Save `obj` (tensors, numbers, strings, None, bools, nested in dicts/lists/tuples).
+
+    `f` is a path (written atomically) or a binary file object with `write`.
+    """
+    import safetensors.numpy
+
+    enc = _Encoder()
+    root = enc.encode(obj, [])
+    metadata = _header_metadata(root)
+    if hasattr(f, "write"):
+        f.write(safetensors.numpy.save(enc.arrays, metadata=metadata))
+        return
+    _atomic_write(os.fspath(f), lambda tmp: safetensors.numpy.save_file(
+        enc.arrays, tmp, metadata=metadata))
+
+
+def _atomic_write(path: str, write) -> None:
+    """write(tmp_path) then rename over path; the old file survives any failure before that."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                               dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    # Make the rename itself durable (POSIX; not possible on every platform).
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _file_mode(path: str) -> int:
+    """Keep an existing file's permissions; a new file gets the usual 0o666 & ~umask."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+# -- load -----------------------------------------------------------------------------------
+class _Corrupt(ValueError):
+    pass
+
+
+def load(f, map_location=None, *, weights_only: bool = True, mmap=None) -> Any:
+    """Load what `save` wrote, or any safetensors file (as a flat dict of tensors).
+
+    `f` is a path or a binary file object with `read`.  `map_location`, `weights_only` and
+    `mmap` are accepted for torch compatibility: loading never runs code, and tensors load on
+    the CPU.  A truncated, corrupted or hostile file raises ValueError naming the file.
+    """
+    if map_location not in (None, "cpu") and str(map_location) != "cpu":
+        raise NotImplementedError(f"load(): map_location={map_location!r}: only 'cpu' for now")
+    if hasattr(f, "read"):
+        data, name = f.read(), getattr(f, "name", "<file object>")
+    else:
+        name = os.fspath(f)
+        with open(name, "rb") as fh:
+            data = fh.read()
+    try:
+        header = _parse_header(data)
+        arrays = _read_arrays(data)
+        metadata = header.get("__metadata__") or {}
+        if _META_KEY not in metadata:
+            order = [k for k in header if k != "__metadata__"]
+            return {k: _to_tensor(arrays[k]) for k in order}
+        tree = _parse_json(metadata[_META_KEY], "the sbpflow structure metadata")
+        if not isinstance(tree, dict) or tree.get("version") != _VERSION or "root" not in tree:
+            raise _Corrupt(
+                f"unsupported sbpflow structure (expected version {_VERSION}, got "
+                f"{tree.get('version') if isinstance(tree, dict) else type(tree).__name__})"
+            )
+        return _Decoder(arrays).decode(tree["root"], 0)
+    except _Corrupt as e:
+        raise ValueError(f"load(): {name!s} is not a valid sbpflow/safetensors file: {e}") from None
+
+
+def _parse_header(data: bytes) -> dict:
+    if len(data) < 8:
+        raise _Corrupt(f"truncated: {len(data)} bytes, shorter than the 8-byte header length")
+    n = int.from_bytes(data[:8], "little")
+    if n > _MAX_HEADER:
+        raise _Corrupt(f"header length field says {n} bytes, more than the {_MAX_HEADER} limit")
+    if 8 + n > len(data):
+        raise _Corrupt(f"truncated: the header needs {n} bytes but only {len(data) - 8} follow")
+    try:
+        text = bytes(data[8:8 + n]).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Corrupt(f"the header is not UTF-8 ({e})") from None
+    header = _parse_json(text, "the header")
+    if not isinstance(header, dict):
+        raise _Corrupt(f"the header is a JSON {type(header).__name__}, not an object")
+    meta = header.get("__metadata__")
+    if meta is not None and not (
+        isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
+    ):
+        raise _Corrupt("__metadata__ must map strings to strings")
+    return header
+
+
+def _parse_json(text: str, what: str):
+    def no_constants(token):
+        raise _Corrupt(f"{what} contains the non-JSON constant {token}")
+
+    try:
+        return json.loads(text, parse_constant=no_constants)
+    except _Corrupt:
+        raise
+    except RecursionError:
+        raise _Corrupt(f"{what} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and int-too-long both derive from it
+        raise _Corrupt(f"{what} is not valid JSON ({e})") from None
+
+
+def _read_arrays(data: bytes) -> dict[str, np.ndarray]:
+    import safetensors
+
+    try:
+        views = safetensors.deserialize(bytes(data))
+    except Exception as e:  # the Rust parser's SafetensorError, or anything it raises
+        raise _Corrupt(f"corrupted safetensors data ({type(e).__name__}: {e})") from None
+    out = {}
+    for key, view in views:
+        code = view["dtype"]
+        np_dtype = _FROM_CODE.get(code)
+        if np_dtype is None:
+            raise _Corrupt(f"tensor {key!r} has dtype {code}, which sbpflow can't hold "
+                           f"(supported: {', '.join(_FROM_CODE)})")
+        shape = tuple(int(s) for s in view["shape"])
+        buf = view["data"]
+        if len(buf) != int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize:
+            raise _Corrupt(f"tensor {key!r}: {len(buf)} bytes do not make shape {list(shape)} "
+                           f"of {code}")
+        arr = np.frombuffer(buf, dtype=np_dtype)
+        out[key] = arr.reshape(shape)
+    return out
+
+
+def _to_tensor(arr: np.ndarray, requires_grad: bool = False) -> Tensor:
+    from .functional.creation import from_numpy
+
+    # The buffer is a private bytearray, so the tensor may own it (writable, no copy).
+    t = from_numpy(arr if arr.flags.writeable else arr.copy())
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+class _Decoder:
+    """Rebuilds the saved object from the JSON tree, accepting nothing but the format above."""
+
+    # Each tag and the optional flags it may carry.
+    _TAGS = {"T": {"rg", "np"}, "F": set(), "U": set(), "D": {"o"}, "dtype": set()}
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        self._tensors: dict[str, Tensor] = {}
+
+    def decode(self, node, depth: int):
+        if depth > _MAX_DEPTH:
+            raise _Corrupt(f"the structure is nested deeper than {_MAX_DEPTH} levels")
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if isinstance(node, list):
+            return [self.decode(v, depth + 1) for v in node]
+        if not isinstance(node, dict):
+            raise _Corrupt(f"unexpected structure node of type {type(node).__name__}")
+        tags = self._TAGS.keys() & node.keys()
+        if len(tags) != 1:
+            raise _Corrupt(f"structure node {_short(node)} has no single known tag")
+        tag = tags.pop()
+        extra = set(node) - {tag} - self._TAGS[tag]
+        if extra:
+            raise _Corrupt(f"structure node {_short(node)} has unknown keys {sorted(extra)}")
+        value = node[tag]
+        if tag == "T":
+            return self._tensor(value, node.get("rg") is True, node.get("np") is True)
+        if tag == "F":
+            if value not in ("nan", "inf", "-inf"):
+                raise _Corrupt(f"bad float node {_short(node)}")
+            return float(value)
+        if tag == "dtype":
+            if not isinstance(value, str) or value not in dt._NAMES:
+                raise _Corrupt(f"unknown dtype {_short(value)}")
+            return dt.as_dtype(value)
+        if not isinstance(value, list):
+            raise _Corrupt(f"structure node {_short(node)} must hold a list")
+        if tag == "U":
+            return tuple(self.decode(v, depth + 1) for v in value)
+        out = OrderedDict() if node.get("o") is True else {}
+        for item in value:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise _Corrupt(f"dict item {_short(item)} is not a [key, value] pair")
+            key = self.decode(item[0], depth + 1)
+            if not (key is None or isinstance(key, (str, int, float, bool))):
+                raise _Corrupt(f"dict key {_short(item[0])} is not a str/number/bool/None")
+            out[key] = self.decode(item[1], depth + 1)
+        return out
+
+    def _tensor(self, name, requires_grad: bool, as_numpy: bool):
+        if not isinstance(name, str) or name not in self.arrays:
+            raise _Corrupt(f"the structure refers to a missing tensor {_short(name)}")
+        if as_numpy:
+            return self.arrays[name].copy()
+        t = self._tensors.get(name)
+        if t is None:
+            t = self._tensors[name] = _to_tensor(self.arrays[name], requires_grad)
+        return t
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+__all__ = ["load", "save"]

@@ -1,0 +1,10 @@
+"""Optimizers and learning-rate schedulers (torch.optim's API)."""
+
+from . import lr_scheduler
+from .adagrad import Adagrad
+from .adam import Adam, AdamW
+from .optimizer import Optimizer
+from .rmsprop import RMSprop
+from .sgd import SGD
+
+__all__ = ["Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]

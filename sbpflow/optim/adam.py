@@ -1,0 +1,104 @@
+"""Adam (L2 weight decay added to the gradient) and AdamW (decoupled weight decay)."""
+
+from __future__ import annotations
+
+from ..framework import functional as F
+from .optimizer import Optimizer, _check_unsupported, _scalar, _step_counter
+
+
+class Adam(Optimizer):
+    """Adam, torch's single-tensor update (step t counts from 1):
+
+        g = ±grad (+ weight_decay * p, Adam)       p = p * (1 - lr * weight_decay) (AdamW)
+        m = lerp(m, g, 1 - beta1)                  v = beta2 * v + (1 - beta2) * g * g
+        v_hat = max(v_hat, v) (amsgrad)
+        p = p - lr / (1 - beta1^t) * m / (sqrt(v or v_hat) / sqrt(1 - beta2^t) + eps)
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, decoupled_weight_decay=False):
+        if not 0.0 <= _scalar(lr):
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        betas = tuple(_scalar(b) for b in betas)
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _check_unsupported(type(self).__name__, capturable=capturable,
+                           differentiable=differentiable, fused=fused)
+        defaults = {
+            "lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+            "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
+            "capturable": capturable, "differentiable": differentiable, "fused": fused,
+            "decoupled_weight_decay": decoupled_weight_decay,
+        }
+        super().__init__(params, defaults)
+
+    def _state_for(self, p, amsgrad: bool):
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            state["exp_avg"] = F.zeros_like(p)
+            state["exp_avg_sq"] = F.zeros_like(p)
+            if amsgrad:
+                state["max_exp_avg_sq"] = F.zeros_like(p)
+        return state
+
+    def step(self, closure=None):
+        loss = self._closure_loss(closure)
+        for group in self.param_groups:
+            beta1, beta2 = (_scalar(b) for b in group["betas"])
+            lr = _scalar(group["lr"])
+            weight_decay = group["weight_decay"]
+            eps = group["eps"]
+            amsgrad = group["amsgrad"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = -p.grad if group["maximize"] else p.grad
+                state = self._state_for(p, amsgrad)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                step_t = state["step"]
+                step_t += 1
+                if weight_decay != 0:
+                    if group["decoupled_weight_decay"]:
+                        p.mul_(1 - lr * weight_decay)
+                    else:
+                        grad = grad.add(p, alpha=weight_decay)
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                step = step_t.item()
+                bias_correction1 = 1 - beta1**step
+                bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+                step_size = lr / bias_correction1
+                if amsgrad:
+                    max_exp_avg_sq = state["max_exp_avg_sq"]
+                    max_exp_avg_sq.copy_(F.maximum(max_exp_avg_sq, exp_avg_sq))
+                    denom = (state["max_exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(eps)
+                else:
+                    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+                p.addcdiv_(exp_avg, denom, value=-step_size)
+        return loss
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 1e-2): p *= 1 - lr * weight_decay each step."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize, capturable=capturable,
+                         differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)
+
+    def _fix_loaded_groups(self) -> None:
+        super()._fix_loaded_groups()
+        # Loading any state into AdamW keeps the decay decoupled, as torch does.
+        for group in self.param_groups:
+            group["decoupled_weight_decay"] = True

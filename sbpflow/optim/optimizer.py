@@ -1,0 +1,356 @@
+"""The Optimizer base: parameter groups, per-parameter state, state dicts, step hooks.
+
+Follows torch.optim.Optimizer.  Subclasses implement `step`; the base wraps every subclass's
+`step` so it runs under `no_grad`, calls the step hooks, and tells a learning-rate scheduler
+that the optimizer has stepped (the scheduler warns when the order is wrong).
+
+Updates are written with in-place tensor ops (`p.add_`, `mul_`, `addcmul_`, ...), never NumPy on
+parameters, so the same code runs on any device and inside graphs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import warnings
+from collections import OrderedDict, defaultdict
+from itertools import chain
+from typing import Any
+
+from .._core import dtype as dt
+from ..autograd import grad_mode
+from ..framework.functional.creation import tensor as _tensor
+from ..framework.tensor import Tensor
+
+
+class _RequiredParameter:
+    """The default of an option that every param group must set (e.g. SGD's lr in old torch)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+class _HookHandle:
+    """Removes a hook from the ordered dict it was registered in."""
+
+    _next_id = 0
+
+    def __init__(self, hooks: OrderedDict):
+        self._hooks = hooks
+        self.id = _HookHandle._next_id
+        _HookHandle._next_id += 1
+
+    def remove(self) -> None:
+        self._hooks.pop(self.id, None)
+
+
+def _wrap_step(step):
+    """Run `step` without recording autograd, between the pre- and post-step hooks."""
+
+    @functools.wraps(step)
+    def wrapper(self, *args, **kwargs):
+        if self.__dict__.get("_in_step"):
+            # A subclass's step calling super().step(): hooks and counters run once.
+            return step(self, *args, **kwargs)
+        for hook in list(self._optimizer_step_pre_hooks.values()):
+            result = hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(
+                        f"{hook} must return None or a tuple of (new_args, new_kwargs), but got "
+                        f"{result}."
+                    )
+                args, kwargs = result
+        differentiable = self.defaults.get("differentiable", False)
+        self._in_step = True
+        try:
+            with grad_mode.set_grad_enabled(bool(differentiable)):
+                out = step(self, *args, **kwargs)
+        finally:
+            self._in_step = False
+        self._opt_called = True  # lets a scheduler check it is stepped after the optimizer
+        for hook in list(self._optimizer_step_post_hooks.values()):
+            hook(self, args, kwargs)
+        return out
+
+    wrapper._sbpflow_wrapped_step = True
+    return wrapper
+
+
+class Optimizer:
+    """Base class of all optimizers.
+
+    params: an iterable of Tensors, of (name, Tensor) pairs, or of dicts that define
+    parameter groups (each with a "params" entry and optional per-group options).
+    defaults: the options every group gets unless it sets its own.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step is not None and not getattr(step, "_sbpflow_wrapped_step", False):
+            cls.step = _wrap_step(step)
+
+    def __init__(self, params, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self._optimizer_step_pre_hooks: OrderedDict = OrderedDict()
+        self._optimizer_step_post_hooks: OrderedDict = OrderedDict()
+        self._opt_called = False
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or "
+                f"dicts, but got {_typename(params)}"
+            )
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict[str, Any]] = []
+        param_groups = list(params)
+        if len(param_groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+        for group in param_groups:
+            self.add_param_group(group)
+
+    # -- groups -------------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group of parameters (with its own options) to optimize."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, but the "
+                "ordering of tensors in sets will change between runs. Please use a list instead."
+            )
+        else:
+            params = list(params)
+        tensors, names = [], []
+        for p in params:
+            if isinstance(p, tuple):
+                names.append(p[0])
+                tensors.append(p[1])
+            else:
+                tensors.append(p)
+        param_group["params"] = tensors
+        if names:
+            if len(names) != len(tensors):
+                raise ValueError(
+                    "all optimizer params should be with/without names. Some param names are "
+                    "missing"
+                )
+            param_group["param_names"] = names
+        for p in tensors:
+            if not isinstance(p, Tensor):
+                raise TypeError(
+                    "optimizer can only optimize Tensors, but one of the params is "
+                    f"{_typename(p)}"
+                )
+            if not self.defaults.get("differentiable", False) and not (
+                p.is_leaf or p.retains_grad
+            ):
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(
+                    "parameter group didn't specify a value of required optimization parameter "
+                    f"{name}"
+                )
+            param_group.setdefault(name, default)
+        # Tensors hash by identity, and == is elementwise: compare ids, never the tensors.
+        ids = [id(p) for p in tensors]
+        if len(ids) != len(set(ids)):
+            warnings.warn(
+                "optimizer contains a parameter group with duplicate parameters; in future, this "
+                "will cause an error; see github.com/pytorch/pytorch/issues/40967 for more "
+                "information",
+                stacklevel=3,
+            )
+        seen: set[int] = set()
+        for group in self.param_groups:
+            seen.update(id(p) for p in group["params"])
+            if ("param_names" in param_group) != ("param_names" in group):
+                which = "with names" if "param_names" in param_group else "without names"
+                raise ValueError(
+                    "all optimizer param groups should be with/without names. cannot add param "
+                    f"group {which} to the optimizer"
+                )
+        if not seen.isdisjoint(ids):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(param_group)
+
+    # -- gradients ------------------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients of all optimized tensors (to None by default, as torch does)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                    continue
+                g = p.grad
+                if g.grad_fn is not None:
+                    g.detach_()
+                else:
+                    g.requires_grad_(False)
+                g.zero_()
+
+    def step(self, closure=None):
+        """Perform one optimization step; `closure` re-evaluates the model and returns the loss."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _closure_loss(closure):
+        """Evaluate the closure with grad enabled (step itself runs under no_grad)."""
+        if closure is None:
+            return None
+        with grad_mode.enable_grad():
+            return closure()
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def register_step_pre_hook(self, hook) -> _HookHandle:
+        """hook(optimizer, args, kwargs) -> None or (new_args, new_kwargs), before each step."""
+        handle = _HookHandle(self._optimizer_step_pre_hooks)
+        self._optimizer_step_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_step_post_hook(self, hook) -> _HookHandle:
+        """hook(optimizer, args, kwargs) -> None, after each step."""
+        handle = _HookHandle(self._optimizer_step_post_hooks)
+        self._optimizer_step_post_hooks[handle.id] = hook
+        return handle
+
+    # -- state dicts ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """torch's format: {'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]}.
+
+        Parameters are numbered in the order they appear across groups; the tensors in 'state'
+        are the optimizer's own (not copies), as in torch.
+        """
+        index_of: dict[int, int] = {}
+        packed_groups = []
+        start = 0
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for i, p in enumerate(group["params"], start):
+                index_of.setdefault(id(p), i)
+            packed["params"] = [index_of[id(p)] for p in group["params"]]
+            start += len(packed["params"])
+            packed_groups.append(packed)
+        packed_state = {
+            (index_of[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()
+        }
+        return {"state": packed_state, "param_groups": packed_groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state dict from `state_dict()` (ours or a converted torch one)."""
+        groups = self.param_groups
+        saved_groups = copy.deepcopy(state_dict["param_groups"])
+        if len(groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        for g, s in zip(groups, saved_groups, strict=True):
+            if len(g["params"]) != len(s["params"]):
+                raise ValueError(
+                    "loaded state dict contains a parameter group that doesn't match the size of "
+                    "optimizer's group"
+                )
+        param_of = dict(
+            zip(
+                chain.from_iterable(g["params"] for g in saved_groups),
+                chain.from_iterable(g["params"] for g in groups), strict=True,
+            )
+        )
+        state: defaultdict = defaultdict(dict)
+        for key, value in state_dict["state"].items():
+            # Keys may come back as strings from a JSON-like round trip; accept "3" for 3.
+            index = _as_index(key)
+            if index in param_of:
+                p = param_of[index]
+                state[p] = {k: _cast_state(p, v, k) for k, v in value.items()}
+            else:
+                state[key] = value
+        new_groups = []
+        for group, saved in zip(groups, saved_groups, strict=True):
+            saved["params"] = group["params"]
+            if "param_names" in group and "param_names" not in saved:
+                saved["param_names"] = group["param_names"]
+            new_groups.append(saved)
+        self.state = state
+        self.param_groups = new_groups
+        self._fix_loaded_groups()
+
+    def _fix_loaded_groups(self) -> None:
+        """Subclasses restore invariants of loaded groups (defaults for new options)."""
+        for group in self.param_groups:
+            for name, default in self.defaults.items():
+                if default is not required:
+                    group.setdefault(name, default)
+            if isinstance(group.get("betas"), list):  # a list after a JSON round trip
+                group["betas"] = tuple(group["betas"])
+        for state in self.state.values():
+            # An old checkpoint may hold the step as a number; we keep it as a tensor.
+            if isinstance(state, dict) and isinstance(state.get("step"), (int, float)):
+                state["step"] = _step_counter(state["step"])
+
+    def __repr__(self) -> str:
+        out = self.__class__.__name__ + " ("
+        for i, group in enumerate(self.param_groups):
+            out += f"\nParameter Group {i}\n"
+            for key in sorted(group.keys()):
+                if key != "params":
+                    out += f"    {key}: {group[key]}\n"
+        return out + ")"
+
+
+def _typename(obj) -> str:
+    if isinstance(obj, Tensor):
+        return "sbpflow.Tensor"
+    return type(obj).__module__ + "." + type(obj).__qualname__
+
+
+def _as_index(key):
+    if isinstance(key, str) and key.isdigit():
+        return int(key)
+    return key
+
+
+def _cast_state(param: Tensor, value, key):
+    """A copy of a loaded state value in the parameter's dtype (torch's policy).
+
+    The step counter keeps its own dtype; other floating tensors follow the parameter, so a
+    float64 checkpoint loads into float32 parameters and vice versa.
+    """
+    if isinstance(value, Tensor):
+        if key != "step" and param.dtype.is_floating_point and value.dtype.is_floating_point:
+            value = value.to(param.dtype)
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _cast_state(param, v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_state(param, v, None) for v in value)
+    return value
+
+
+def _scalar(value) -> float:
+    """A Python number from a float or a one-element tensor (lr, betas may be tensors)."""
+    return value.item() if isinstance(value, Tensor) else value
+
+
+def _step_counter(value: float = 0.0) -> Tensor:
+    """The step count of a parameter's state.
+
+    torch keeps it as a float32 0-dim tensor (so state dicts carry the same entry); so do we.
+    """
+    return _tensor(float(value), dtype=dt.float32)
+
+
+def _check_unsupported(name: str, **flags) -> None:
+    """torch options whose special paths we don't have: accept False/None, reject True."""
+    for flag, value in flags.items():
+        if value:
+            raise NotImplementedError(f"{name}: {flag}=True is not supported by sbpflow yet")

@@ -1,0 +1,5 @@
+"""Utilities: data loading (`sbpflow.utils.data`)."""
+
+from . import data
+
+__all__ = ["data"]
