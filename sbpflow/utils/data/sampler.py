@@ -154,14 +154,8 @@ class BatchSampler(Sampler):
 
 
 def _world() -> tuple[int, int]:
-    """(world size, rank) of this process: from sbpflow's communicator when it is set up,
-    else from the launcher's environment (WORLD_SIZE/RANK, or MPI's variables), else (1, 0)."""
-    try:
-        from ... import comm  # the communication layer, once it exists
-
-        return int(comm.get_world_size()), int(comm.get_rank())
-    except (ImportError, AttributeError):
-        pass
+    """(world size, rank) of this process from the launcher's environment (WORLD_SIZE/RANK,
+    or MPI's variables), else (1, 0)."""
     for size_var, rank_var in (("WORLD_SIZE", "RANK"), ("OMPI_COMM_WORLD_SIZE",
                                                          "OMPI_COMM_WORLD_RANK"),
                                ("PMI_SIZE", "PMI_RANK")):
