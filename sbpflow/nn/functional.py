@@ -2,3 +2,4 @@
 
 from ..framework.functional.conv import *  # noqa: F403
 from ..framework.functional.nn import *  # noqa: F403
+from ..framework.functional.shape import pad  # noqa: F401
