@@ -19,6 +19,7 @@ from .framework import interpreter as _interpreter  # noqa: F401  (installs the 
 from .framework.functional import *  # noqa: F403
 from .framework.generator import Generator, default_generator, initial_seed, manual_seed, seed
 from .framework.tensor import Size, Tensor
+from .framework.tensor_str import get_printoptions, printoptions, set_printoptions
 from . import autograd  # noqa: E402
 
 float = float32  # noqa: A001
@@ -39,5 +40,5 @@ def is_floating_point(t: Tensor) -> bool:
 
 __version__ = "0.1.0"
 
-from . import nn, optim, utils  # noqa: E402
+from . import linalg, nn, optim, utils  # noqa: E402
 from .framework.serialization import load, save  # noqa: E402

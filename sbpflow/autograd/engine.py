@@ -93,11 +93,15 @@ def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inpu
             grads = buffers.pop(id(node), {})
             if node.pre_hooks:
                 for nr, hooks in node.pre_hooks.items():
-                    for hook in hooks:
+                    # retain_grad's hooks run last, so .grad shows what other hooks returned.
+                    for hook in sorted(hooks, key=_retains_grad_hook):
                         if grads.get(nr) is not None:
                             new = hook(grads[nr])
                             if new is not None:
                                 grads[nr] = new
+            if isinstance(node, AccumulateGrad) and grads.get(0) is not None:
+                # A leaf's hooks shape its gradient for autograd.grad as well as for .grad.
+                grads[0] = _run_leaf_hooks(node.variable, grads[0])
             for nr, idxs in ((k[1], v) for k, v in capture.items() if k[0] == id(node)):
                 for i in idxs:
                     results[i] = grads.get(nr)
@@ -133,6 +137,10 @@ def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inpu
                 )
         return results
     return None
+
+
+def _retains_grad_hook(hook) -> bool:
+    return getattr(hook, "retains_grad", False)
 
 
 def _nodes_leading_to(targets: set[int], nodes: dict) -> set[int]:
@@ -180,13 +188,18 @@ def _check_grads(node, grads):
             )
 
 
-def _accumulate(leaf, g, create_graph):
-    if g is None:
-        return
+def _run_leaf_hooks(leaf, g):
     for hook in leaf._leaf_hooks or ():
         new = hook(g)
         if new is not None:
             g = new
+    return g
+
+
+def _accumulate(leaf, g, create_graph):
+    """Add g (already through the leaf's hooks) into leaf.grad."""
+    if g is None:
+        return
     if leaf.grad is None:
         leaf.grad = g if create_graph else g.detach().clone()
     elif create_graph:

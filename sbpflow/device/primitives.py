@@ -21,11 +21,18 @@ The set, by family:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .._core.dtype import DType
 from . import random as _rng
 from .special import erf as _erf
+
+
+# inf and nan are values here, as in torch: NumPy's floating-point warnings raised from this
+# module (log(0), 0/0, overflow) are not errors of the user's program.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=__name__)
 
 
 def _arr(r):

@@ -89,13 +89,13 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
         outs = [Tensor._make(r, m, dev) for r, m in zip(result, out_metas)]
 
     if opdef.grad is not None and is_grad_enabled():
-        if any(t._requires_grad for t in tensors):
+        if any(t.requires_grad for t in tensors):  # the property: stale views refresh
             _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
-    next_functions = [_edge(t) if t._requires_grad else None for t in tensors]
+    next_functions = [_edge(t) if t.requires_grad else None for t in tensors]
 
     def make_output(ref, meta, node, i, _dev=dev):
         data, storage = ref
@@ -183,6 +183,26 @@ class ViewOfBase(Node):
         return [_embed(grads[0], self.chain)]
 
 
+class Overwritten(Node):
+    """grad_fn of a tensor with history overwritten by values that need no gradient
+    (`h.fill_(0)`, `h.copy_(constant)`): the history before the write gets zeros."""
+
+    __slots__ = ("in_metas", "out_metas", "_name")
+
+    def __init__(self, old_edge, meta, op: str):
+        super().__init__((old_edge,))
+        self.in_metas = (meta,)
+        self.out_metas = (meta,)
+        self._name = "CopyBackwards" if op == "copy_" else op.strip("_").title() + "Backward0"
+
+    def name(self) -> str:
+        return self._name
+
+    def apply(self, grads):
+        meta = self.in_metas[0]
+        return [registry.op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype)]
+
+
 def _refresh_view_grad_fn(view: Tensor) -> None:
     base = view._base
     edge = _edge(base)
@@ -231,8 +251,8 @@ def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
         if value._requires_grad:
             t._set_grad_fn(*_edge(value)) if value.grad_fn is not None else _alias_leaf(t, value)
         elif t._grad_fn is not None:
-            t._grad_fn = None
-            t._requires_grad = False
+            # torch keeps an overwritten tensor in the graph: its old history gets zeros.
+            t._set_grad_fn(Overwritten(_edge(t), t._meta, op), 0)
         return t
     if not (value._requires_grad or base._requires_grad):
         return t
@@ -258,7 +278,7 @@ def inplace(name: str, target: Tensor, fn, args=(), kwargs=None) -> Tensor:
     """
     recording = is_grad_enabled() and (
         target._requires_grad
-        or any(isinstance(x, Tensor) and x._requires_grad for x in args)
+        or any(isinstance(x, Tensor) and x.requires_grad for x in args)
         or (target._base is not None and target._base._requires_grad)
     )
     src = target
@@ -291,7 +311,22 @@ def inplace(name: str, target: Tensor, fn, args=(), kwargs=None) -> Tensor:
         target._device.prims.copy(target._data, out._data)
         target._storage.version += 1
         return target
-    return assign(target, out, name)
+    assign(target, out, name)
+    _save_target_instead(out, target)
+    return target
+
+
+def _save_target_instead(value: Tensor, target: Tensor) -> None:
+    """An in-place op's node saved its private result; torch saves `self` instead, so a later
+    in-place write to target (or its base) fails the version check as it does in torch."""
+    node = value._grad_fn
+    if not isinstance(node, OpNode) or not node.saved_outputs:
+        return
+    node.saved_outputs = [
+        ((target._data, target._storage), target._storage.version)
+        if ref[1] is value._storage else (ref, version)
+        for ref, version in node.saved_outputs
+    ]
 
 
 def _torch_type(d) -> str:

@@ -179,6 +179,8 @@ class Tensor:
     # -- autograd -------------------------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
+        if self._base is not None and not self._requires_grad and self._is_stale_view():
+            self.grad_fn  # noqa: B018 - a view of a base that gained history in place now has it
         return self._requires_grad
 
     @requires_grad.setter
@@ -213,10 +215,17 @@ class Tensor:
         return self._base._requires_grad and self._grad_fn_version != self._storage.version
 
     def _set_grad_fn(self, node, output_nr: int) -> None:
+        # retain_grad follows the tensor to its new history (after an in-place op), as torch's.
+        move_retain = self._retains_grad and self._grad_fn is not None and (
+            self._grad_fn is not node or self._output_nr != output_nr)
+        if move_retain:
+            self._drop_retain_hook()
         self._grad_fn = node
         self._output_nr = output_nr
         self._requires_grad = True
         self._grad_fn_version = self._storage.version
+        if move_retain:
+            self._add_retain_hook()
 
     def _grad_accumulator(self):
         acc = self._grad_acc() if self._grad_acc is not None else None
@@ -240,6 +249,9 @@ class Tensor:
         if self._retains_grad:
             return
         self._retains_grad = True
+        self._add_retain_hook()
+
+    def _add_retain_hook(self) -> None:
         ref = weakref.ref(self)
 
         def hook(g):
@@ -247,7 +259,12 @@ class Tensor:
             if t is not None:
                 t.grad = g.detach().clone() if t.grad is None else t.grad + g.detach()
 
+        hook.retains_grad = True  # the engine runs it after the tensor's other hooks, as torch
         self._grad_fn.register_prehook(self._output_nr, hook)
+
+    def _drop_retain_hook(self) -> None:
+        hooks = (self._grad_fn.pre_hooks or {}).get(self._output_nr, [])
+        hooks[:] = [h for h in hooks if not getattr(h, "retains_grad", False)]
 
     @property
     def retains_grad(self) -> bool:

@@ -139,65 +139,56 @@ class _ElementFormat:
 
 
 # -- layout ----------------------------------------------------------------------------------
-def _elided(n: int, summarize: bool) -> bool:
-    return summarize and n > 2 * _OPTS.edgeitems
-
-
-def _shown_part(a: np.ndarray) -> np.ndarray:
-    """The elements a summarised print shows (first and last `edgeitems` of long axes)."""
+# A summarised tensor is formatted from its shown part only (so printing a huge tensor copies
+# little); `elided[k]` says whether axis k was cut to `edgeitems` on each side of "...".
+def _shown_part(a: np.ndarray) -> tuple[np.ndarray, tuple[bool, ...]]:
+    """The elements a summarised print shows, and which axes were cut."""
     e = _OPTS.edgeitems
-    for axis, n in enumerate(a.shape):
-        if n > 2 * e:
-            keep = list(range(e)) + list(range(n - e, n))
-            a = np.take(a, keep, axis=axis)
-    return a
+    elided = tuple(n > 2 * e for n in a.shape)
+    for axis, cut in enumerate(elided):
+        if cut:
+            n = a.shape[axis]
+            a = np.take(a, list(range(e)) + list(range(n - e, n)), axis=axis)
+    return a, elided
 
 
-def _format_vector(v: np.ndarray, indent: int, summarize: bool, fmt: _ElementFormat) -> str:
-    n = v.shape[0]
-    if _elided(n, summarize):
-        e = _OPTS.edgeitems
-        items = [fmt(x) for x in v[:e].tolist()] + [" ..."]
-        items += [fmt(x) for x in v[n - e:].tolist()]
-    else:
-        items = [fmt(x) for x in v.tolist()]
+def _format_vector(v: np.ndarray, indent: int, elided: bool, fmt: _ElementFormat) -> str:
+    items = [fmt(x) for x in v.tolist()]
+    e = _OPTS.edgeitems
+    if elided and e == 0:
+        items = ["..."]  # torch's spelling when no edge items are shown
+    elif elided:
+        items = items[:e] + [" ..."] + items[e:]
     per_line = max(1, (_OPTS.linewidth - indent) // (fmt.width + 2))
     lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
     return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
 
 
-def _format_array(a: np.ndarray, indent: int, summarize: bool, fmt: _ElementFormat) -> str:
+def _format_array(a: np.ndarray, indent: int, elided: tuple[bool, ...],
+                  fmt: _ElementFormat) -> str:
     if a.ndim == 0:
         return fmt(a.item())
     if a.ndim == 1:
-        return _format_vector(a, indent, summarize, fmt)
-    n = a.shape[0]
-    if _elided(n, summarize):
+        return _format_vector(a, indent, elided[0], fmt)
+    rows = [_format_array(a[i], indent + 1, elided[1:], fmt) for i in range(a.shape[0])]
+    if elided[0]:
         e = _OPTS.edgeitems
-        rows = [_format_array(a[i], indent + 1, summarize, fmt) for i in range(e)]
-        rows.append("...")
-        rows += [_format_array(a[i], indent + 1, summarize, fmt) for i in range(n - e, n)]
-    else:
-        rows = [_format_array(a[i], indent + 1, summarize, fmt) for i in range(n)]
+        rows = rows[:e] + ["..."] + rows[e:]
     separator = "," + "\n" * (a.ndim - 1) + " " * (indent + 1)
     return "[" + separator.join(rows) + "]"
 
 
-def _host_values(t) -> np.ndarray:
-    """Host values in a dtype whose Python scalars print like torch's elements."""
-    host = np.asarray(t._host())
-    if t.dtype.is_floating_point:
-        # Every float dtype converts exactly to float64, so values print with full fidelity.
-        return host.astype(np.float64)
-    return host
-
-
 def _data_str(t, indent: int) -> str:
-    values = _host_values(t)
-    summarize = values.size > _OPTS.threshold
-    shown = _shown_part(values) if summarize else values
-    fmt = _ElementFormat(shown, t.dtype.is_floating_point)
-    return _format_array(values, indent, summarize, fmt)
+    host = np.asarray(t._host())
+    if host.size > _OPTS.threshold:
+        host, elided = _shown_part(host)
+    else:
+        elided = (False,) * host.ndim
+    is_float = t.dtype.is_floating_point
+    # Every float dtype converts exactly to float64, so values print with full fidelity.
+    values = host.astype(np.float64) if is_float else host
+    fmt = _ElementFormat(values, is_float)
+    return _format_array(values, indent, elided, fmt)
 
 
 def _join_suffixes(body: str, suffixes: list[str], indent: int) -> str:

@@ -562,7 +562,7 @@ def _as_1d(ctx, a, meta):
 
 
 def _gather_meta(x, index, dim):
-    _dim_check("gather", x, index, dim)
+    _dim_check("gather", x, index, dim, what="input")
     return TensorMeta(index.shape, x.dtype)
 
 
@@ -823,6 +823,18 @@ def _scatter_add_grad(ctx, g):
     return gx, None, gs
 
 
+def _scatter_add_sbp(x, index, src, dim):
+    sigs = [Signature((B, B, B), (B,)),
+            Signature((P, B, P), (P,))]  # x + scatter(src) is linear in (x, src) jointly
+    if src.ndim != index.ndim or not index.ndim:
+        return sigs
+    d = normalize_dim("scatter_add", dim, x.ndim)
+    if index.shape[d] > 1 and src.shape[d] == index.shape[d]:
+        # each piece adds its own (index, src) entries; the input counted once via P
+        sigs.append(Signature((P, Split(d), Split(d)), (P,)))
+    return sigs + _scatter_split_sigs(x, index, dim, [src])  # rows independent off dim
+
+
 register(OpDef(
     "scatter_add",
     inputs=("input", "index", "src"),
@@ -832,8 +844,7 @@ register(OpDef(
                                                            None),
     grad=_scatter_add_grad,
     # (P, B, P) -> P: x + scatter(src) is linear in (x, src) jointly; rows independent off dim
-    sbp=lambda x, index, src, dim: [Signature((B, B, B), (B,)), Signature((P, B, P), (P,))]
-    + (_scatter_split_sigs(x, index, dim, [src]) if src.ndim == index.ndim else []),
+    sbp=_scatter_add_sbp,
     reference=lambda torch, x, index, src, dim: torch.scatter_add(x, dim, index, src),
     samples=lambda rng: [
         Sample(_rand(rng, 3, 5), rng.integers(0, 5, (3, 4)), _rand(rng, 3, 4), dim=1),
@@ -991,6 +1002,9 @@ def _index_add_sbp(x, index, source, dim, alpha=1):
     for i in range(x.ndim):
         if i != d and x.shape[i] > 1:
             sigs.append(Signature((Split(i), B, Split(i)), (Split(i),)))  # slabs independent
+    if x.ndim and index.ndim == 1 and index.shape[0] > 1:
+        # each piece adds its own (index, source) rows; the input counted once via P
+        sigs.append(Signature((P, Split(0), Split(d)), (P,)))
     return sigs
 
 

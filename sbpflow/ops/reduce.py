@@ -152,16 +152,10 @@ def _is(t, value):
     return op("eq_scalar", t, other=value)
 
 
-def _flip(t, d: int):
-    """t reversed along axis d (an index_select with n-1, ..., 0)."""
-    n = t.shape[d]
-    rev = op("add_scalar", op("neg", _iota(n, t)), other=n - 1)
-    return op("index_select", t, rev, dim=d)
-
-
 def _reverse_cumsum(t, d: int):
-    """sum over i >= k of t_i along axis d."""
-    return _flip(op("cumsum", _flip(t, d), dim=d), d)
+    """sum over i >= k of t_i along axis d (flipped twice rather than total - cumsum, which
+    cancels badly)."""
+    return op("flip", op("cumsum", op("flip", t, dims=(d,)), dim=d), dims=(d,))
 
 
 def _iota(n: int, like):

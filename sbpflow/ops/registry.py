@@ -84,6 +84,8 @@ def _check_ints(v):
 
 
 def _check_dtype(v):
+    if isinstance(v, str):  # torch takes dtype objects only: x.sum(dtype="float") is an error
+        raise TypeError
     return as_dtype(v)
 
 

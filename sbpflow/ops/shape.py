@@ -180,8 +180,6 @@ register(OpDef(
 
 
 def _permute_meta(x, dims):
-    from .._core.errors import normalize_dim
-
     if len(dims) != x.ndim:
         raise op_error(
             "permute",
@@ -229,10 +227,10 @@ register(OpDef(
 
 
 def _transpose_perm(ndim, dim0, dim1):
-    from .._core.errors import normalize_dim
-
     d0 = normalize_dim("transpose", dim0, ndim, "dim0")
     d1 = normalize_dim("transpose", dim1, ndim, "dim1")
+    if ndim == 0:  # transposing dims 0/-1 of a 0-d tensor is allowed and changes nothing
+        return ()
     perm = list(range(ndim))
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return tuple(perm)
@@ -249,7 +247,8 @@ register(OpDef(
     sbp=lambda x, dim0, dim1: _permute_sbp(x, _transpose_perm(x.ndim, dim0, dim1)),
     reference="transpose",
     samples=lambda rng: [Sample(_rand(rng, 2, 3, 4), dim0=0, dim1=2),
-                         Sample(_rand(rng, 2, 3), dim0=-1, dim1=0)],
+                         Sample(_rand(rng, 2, 3), dim0=-1, dim1=0),
+                         Sample(np.asarray(1.5), dim0=0, dim1=-1)],
     view=True,
 ))
 
@@ -577,7 +576,11 @@ register(OpDef(
 ))
 
 
-# -- diagonal (a copy: the primitive set has no strided view that could express it) ---------
+# -- diagonal ----------------------------------------------------------------------------------
+# `diagonal` is a view when the two axes can merge into one (after moving them last): the
+# diagonal is then a strided slice of the merged axis.  That covers matrices and batches of
+# matrices, transposed or not.  Other layouts need a strided view the primitive set cannot
+# express, so the functional layer (which sees strides) uses `diagonal_copy` for them.
 def _diag_layout(name, x, offset, dim1, dim2):
     d1 = normalize_dim(name, dim1, x.ndim, "dim1")
     d2 = normalize_dim(name, dim2, x.ndim, "dim2")
@@ -604,7 +607,27 @@ def _diag_key(ctx, offset, length):
     return (Ellipsis, ctx.prims.from_host(rows, dt.int64), ctx.prims.from_host(cols, dt.int64))
 
 
-def _diagonal_kernel(ctx, x, offset=0, dim1=0, dim2=1):
+def _diagonal_view_kernel(ctx, x, offset=0, dim1=0, dim2=1):
+    xm = ctx.in_metas[0]
+    d1, d2, length, rest = _diag_layout("diagonal", xm, offset, dim1, dim2)
+    lead = tuple(xm.shape[i] for i in rest)
+    # The diagonal of x^T with offset -k is the diagonal of x with offset k, in the same order.
+    for a, b, off in ((d1, d2, offset), (d2, d1, -offset)):
+        moved = ctx.prims.permute(x, tuple(rest) + (a, b))
+        try:
+            merged = ctx.prims.reshape(moved, lead + (xm.shape[a] * xm.shape[b],))
+        except (ValueError, AttributeError):
+            continue
+        step = xm.shape[b] + 1
+        start = max(-off, 0) * xm.shape[b] + max(off, 0)
+        stop = start + (length - 1) * step + 1 if length else start
+        return ctx.prims.slice(merged, (Ellipsis, slice(start, stop, step)))
+    # Unmergeable layouts reach here only when a write through a diagonal view is replayed on
+    # a gradient (interpreter._replay), where sharing memory does not matter.
+    return _diagonal_copy_kernel(ctx, x, offset, dim1, dim2)
+
+
+def _diagonal_copy_kernel(ctx, x, offset=0, dim1=0, dim2=1):
     d1, d2, length, rest = _diag_layout("diagonal", ctx.in_metas[0], offset, dim1, dim2)
     moved = ctx.prims.permute(x, tuple(rest) + (d1, d2))
     return ctx.prims.index(moved, _diag_key(ctx, offset, length))
@@ -617,20 +640,42 @@ def _diagonal_sbp(x, offset=0, dim1=0, dim2=1):
         for o, i in enumerate(rest) if x.shape[i] > 1]
 
 
+def _diagonal_samples(rng):
+    return [Sample(_rand(rng, 3, 4)),
+            Sample(_rand(rng, 3, 4), offset=1),
+            Sample(_rand(rng, 2, 3, 4), offset=-1, dim1=2, dim2=1),
+            Sample(_rand(rng, 2, 3, 4), offset=-1, dim1=2, dim2=0),
+            Sample(_rand(rng, 3, 4), offset=5)]
+
+
+def _diagonal_grad(ctx, g):
+    return (op("diagonal_grad", g, shape=ctx.in_metas[0].shape, **ctx.attrs),)
+
+
 register(OpDef(
     "diagonal",
     inputs=("input",),
     attrs={"offset": Attr("int", 0), "dim1": Attr("int", 0), "dim2": Attr("int", 1)},
     infer_meta=_diagonal_meta,
-    kernel=_diagonal_kernel,
-    grad=lambda ctx, g: (op("diagonal_grad", g, shape=ctx.in_metas[0].shape, **ctx.attrs),),
+    kernel=_diagonal_view_kernel,
+    grad=_diagonal_grad,
     sbp=_diagonal_sbp,
     reference="diagonal",
-    samples=lambda rng: [Sample(_rand(rng, 3, 4)),
-                         Sample(_rand(rng, 3, 4), offset=1),
-                         Sample(_rand(rng, 2, 3, 4), offset=-1, dim1=2, dim2=0),
-                         Sample(_rand(rng, 3, 4), offset=5)],
-    doc="The diagonal of two axes, as a copy (torch returns a view).",
+    samples=_diagonal_samples,
+    view=True,
+    doc="The diagonal of two axes as a view (when the axes can merge; else diagonal_copy).",
+))
+
+register(OpDef(
+    "diagonal_copy",
+    inputs=("input",),
+    attrs={"offset": Attr("int", 0), "dim1": Attr("int", 0), "dim2": Attr("int", 1)},
+    infer_meta=_diagonal_meta,
+    kernel=_diagonal_copy_kernel,
+    grad=_diagonal_grad,
+    sbp=_diagonal_sbp,
+    reference="diagonal_copy",
+    samples=_diagonal_samples,
 ))
 
 
@@ -672,7 +717,7 @@ register(OpDef(
            "dim2": Attr("int", 1)},
     infer_meta=_diagonal_grad_meta,
     kernel=_diagonal_grad_kernel,
-    grad=lambda ctx, gg: (op("diagonal", gg, offset=ctx.attrs["offset"],
+    grad=lambda ctx, gg: (op("diagonal_copy", gg, offset=ctx.attrs["offset"],
                              dim1=ctx.attrs["dim1"], dim2=ctx.attrs["dim2"]),),
     sbp=_diagonal_grad_sbp,
     reference=_diagonal_grad_reference,
@@ -873,20 +918,26 @@ def _axis_sbp(x, touched):
         for i in range(x.ndim) if i not in touched and x.shape[i] > 1]
 
 
+def _flip_kernel(ctx, x, dims):
+    axes = _unique_dims("flip", dims, ctx.in_metas[0].ndim)
+    if not ctx.in_metas[0].ndim:  # dim 0 of a 0-d tensor is allowed and changes nothing
+        return ctx.prims.contiguous(x)
+    return ctx.prims.contiguous(ctx.prims.flip(x, axes))
+
+
 register(OpDef(
     "flip",
     inputs=("input",),
     attrs={"dims": Attr("ints")},
     infer_meta=lambda x, dims: (_unique_dims("flip", dims, x.ndim), x)[1],
-    kernel=lambda ctx, x, dims: ctx.prims.contiguous(ctx.prims.flip(
-        x, _unique_dims("flip", dims, ctx.in_metas[0].ndim))),
+    kernel=_flip_kernel,
     grad=lambda ctx, g: (op("flip", g, dims=ctx.attrs["dims"]),),
     # a flipped axis reverses the order of its pieces, so only other axes keep a split
     sbp=lambda x, dims: _axis_sbp(x, _unique_dims("flip", dims, x.ndim)),
     reference="flip",
     samples=lambda rng: [Sample(_rand(rng, 3, 4), dims=(0,)),
                          Sample(_rand(rng, 2, 3, 4), dims=(-1, 0)),
-                         Sample(np.asarray(1.5), dims=()),
+                         Sample(np.asarray(1.5), dims=(0,)),
                          Sample((_rand(rng, 4) * 3).astype(np.int64), dims=(0,), grad=False)],
 ))
 
@@ -1105,7 +1156,8 @@ def _pad_kernel(ctx, x, pad, mode="constant", value=None):
             return out
         src[axis] = slice(lo, hi)
         dst[axis] = slice(max(b, 0), max(b, 0) + hi - lo)
-    ctx.prims.copy(ctx.prims.slice(out, tuple(dst)), ctx.prims.slice(x, tuple(src)))
+    # a trailing Ellipsis keeps the empty key of a 0-d tensor a view
+    ctx.prims.copy(ctx.prims.slice(out, (*dst, Ellipsis)), ctx.prims.slice(x, (*src, Ellipsis)))
     return out
 
 

@@ -783,3 +783,301 @@ def test_in_place_on_non_leaf_gives_torch_grads():
         (h * h).exp().sum().backward()
 
     assert_leaf_grads_match(program, arrays((3,), (3,), seed=5))
+
+
+# -- a table of small programs: same results (or the same exception type) as torch -----------
+def _p_leaf_backward(L):
+    x = L.ones(2, requires_grad=True)
+    x.backward(L.tensor([1.0, 2.0]))
+    return [x.grad]
+
+
+def _p_grad_wrt_intermediate(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2
+    return list(L.autograd.grad((h * h).sum(), [h, x]))
+
+
+def _p_backward_inputs_non_leaf(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+    (h * h).sum().backward(inputs=[h])
+    return [h.grad, x.grad]
+
+
+def _p_retain_grad_then_hook(L):
+    # retain_grad records the gradient after the tensor's other hooks, whatever the order.
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+    h.retain_grad()
+    h.register_hook(lambda g: g * 10)
+    (h * h).sum().backward()
+    return [h.grad, x.grad]
+
+
+def _p_hook_then_retain_grad(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+    h.register_hook(lambda g: g * 10)
+    h.retain_grad()
+    (h * h).sum().backward()
+    return [h.grad, x.grad]
+
+
+def _p_retain_grad_follows_in_place(L):
+    x = L.ones(3, requires_grad=True)
+    v = x.clone()[1:]
+    v.retain_grad()
+    v.mul_(2)
+    v.sum().backward()
+    return [x.grad, v.grad]
+
+
+def _p_integer_operand(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    (x * L.tensor([1, 2])).sum().backward()
+    return [x.grad]
+
+
+def _p_detach_then_requires_grad(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = x.detach().requires_grad_()
+    (y * 2).sum().backward()
+    return [x.grad, y.grad]
+
+
+def _p_hook_then_in_place(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    h = x.clone()
+    h.register_hook(lambda g: g * 2)
+    h.mul_(3)
+    h.sum().backward()
+    return [x.grad]
+
+
+def _p_view_after_base_in_place(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    z = y.view(3)
+    y.mul_(2)
+    (z * z).sum().backward()
+    return [x.grad, z]
+
+
+def _p_setitem_from_self(L):
+    x = L.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    b = x.clone()
+    b[0, 0] = b[1, 1] * 5
+    (b * b).sum().backward()
+    return [x.grad]
+
+
+def _p_add_self_in_place(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1
+    y.add_(y)
+    (y * y).sum().backward()
+    return [x.grad]
+
+
+def _p_no_grad_mixed(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with L.no_grad():
+        y = x * 2
+    (y * x).sum().backward()
+    return [x.grad]
+
+
+def _p_leaf_hook_once_for_two_uses(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    calls = []
+    x.register_hook(lambda g: calls.append(1))
+    (x * x + x * 3).sum().backward()
+    return [x.grad, L.tensor(float(len(calls)))]
+
+
+def _p_grad_of_many_outputs(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    return list(L.autograd.grad([x * 2, x * x], [x], grad_outputs=[L.ones(2), L.ones(2) * 2]))
+
+
+def _p_max_dim_values(L):
+    x = L.tensor([[1.0, 5.0], [3.0, 2.0]], requires_grad=True)
+    values, _ = x.max(dim=1)
+    values.sum().backward()
+    return [x.grad]
+
+
+def _p_no_grad_in_place_on_saved(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = x.exp()
+    with L.no_grad():
+        y.mul_(2)  # still bumps the version: backward must refuse
+    y.sum().backward()
+    return [x.grad]
+
+
+def _p_cast_to_float64(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    (x.to(L.float64) * 3).sum().backward()
+    return [x.grad]
+
+
+def _p_in_place_into_tensor_without_grad(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    z = L.zeros(3)
+    z.add_(x * 2)
+    z.mul_(x)
+    z.sum().backward()
+    return [x.grad]
+
+
+def _p_copy_from_leaf(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    z = L.zeros(3)
+    z.copy_(x)
+    (z * z).sum().backward()
+    return [x.grad]
+
+
+def _p_detach_shares_version(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = x.exp()
+    y.detach().add_(1)
+    y.sum().backward()
+    return [x.grad]
+
+
+def _p_hessian_row(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    (g,) = L.autograd.grad((x * x * x).sum(), x, create_graph=True)
+    (row,) = L.autograd.grad(g, x, grad_outputs=L.tensor([1.0, 0.0]))
+    return [g, row]
+
+
+def _p_grad_twice_retained(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    (g1,) = L.autograd.grad(y, x, retain_graph=True)
+    (g2,) = L.autograd.grad(y, x)
+    return [g1, g2]
+
+
+def _p_grad_twice_freed(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    L.autograd.grad(y, x)
+    return list(L.autograd.grad(y, x))
+
+
+def _p_preset_grad_accumulates(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    x.grad = L.tensor([5.0, 5.0])
+    (x * 2).sum().backward()
+    return [x.grad]
+
+
+def _p_hook_on_scalar_root(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = x.sum()
+    y.register_hook(lambda g: g * 3)
+    y.backward()
+    return [x.grad]
+
+
+def _p_leaf_hook_applies_to_autograd_grad(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    x.register_hook(lambda g: g * 3)
+    (g,) = L.autograd.grad((x * 2).sum(), x)
+    return [g, x.grad]
+
+
+def _p_non_leaf_hook_applies_to_autograd_grad(L):
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 1
+    y.register_hook(lambda g: g * 3)
+    return list(L.autograd.grad((y * 2).sum(), y))
+
+
+def _p_zero_dim_third_derivative(L):
+    x = L.tensor(2.0, requires_grad=True)
+    (g1,) = L.autograd.grad(x * x, x, create_graph=True)
+    (g2,) = L.autograd.grad(g1, x, create_graph=True)
+    (g3,) = L.autograd.grad(g2, x, allow_unused=True)
+    return [g1, g2, g3]
+
+
+def _p_fill_keeps_tensor_in_graph(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    h = x * 2
+    h.fill_(3.0)
+    h.zero_()
+    (h + x).sum().backward()
+    return [x.grad, h]
+
+
+def _p_copy_constant_keeps_tensor_in_graph(L):
+    x = L.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    h = x * 2
+    h.copy_(L.ones(3))
+    (h * x).sum().backward()
+    return [x.grad]
+
+
+def _p_in_place_result_saved_then_modified(L):
+    # exp_ saves its result, which is the tensor itself: a later write must be caught.
+    x = L.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 1
+    h.exp_()
+    h.mul_(2)
+    h.sum().backward()
+    return [x.grad]
+
+
+def _p_in_place_result_saved_then_view_modified(L):
+    x = L.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    h = x * 1
+    h[0].exp_()
+    h.add_(1)
+    h.sum().backward()
+    return [x.grad]
+
+
+def _p_in_place_result_saved_unmodified(L):
+    x = L.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    h = x * 1
+    h[0].exp_()
+    h.sigmoid_()
+    (h * h).sum().backward()
+    return [x.grad]
+
+
+PROGRAMS = [(f.__name__[3:], f) for f in [
+    _p_fill_keeps_tensor_in_graph, _p_copy_constant_keeps_tensor_in_graph,
+    _p_in_place_result_saved_then_modified, _p_in_place_result_saved_then_view_modified,
+    _p_in_place_result_saved_unmodified,
+    _p_leaf_backward, _p_grad_wrt_intermediate, _p_backward_inputs_non_leaf,
+    _p_retain_grad_then_hook, _p_hook_then_retain_grad, _p_retain_grad_follows_in_place,
+    _p_integer_operand, _p_detach_then_requires_grad, _p_hook_then_in_place,
+    _p_view_after_base_in_place, _p_setitem_from_self, _p_add_self_in_place,
+    _p_no_grad_mixed, _p_leaf_hook_once_for_two_uses, _p_grad_of_many_outputs,
+    _p_max_dim_values, _p_no_grad_in_place_on_saved, _p_cast_to_float64,
+    _p_in_place_into_tensor_without_grad, _p_copy_from_leaf, _p_detach_shares_version,
+    _p_hessian_row, _p_grad_twice_retained, _p_grad_twice_freed, _p_preset_grad_accumulates,
+    _p_hook_on_scalar_root, _p_leaf_hook_applies_to_autograd_grad,
+    _p_non_leaf_hook_applies_to_autograd_grad, _p_zero_dim_third_derivative,
+]]
+
+
+@pytest.mark.parametrize("name,program", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_program_matches_torch(name, program):
+    try:
+        theirs = program(torch)
+    except RuntimeError as exc:
+        with pytest.raises(type(exc)):
+            program(flow)
+        return
+    ours = program(flow)
+    assert len(ours) == len(theirs)
+    for o, t in zip(ours, theirs, strict=True):
+        assert_same(o, t, rtol=1e-6, atol=1e-7)

@@ -101,6 +101,8 @@ OPTIONS = [
     {"linewidth": 120},
     {"threshold": 5, "edgeitems": 2},
     {"threshold": 10, "edgeitems": 1},
+    {"threshold": 5, "edgeitems": 0},
+    {"threshold": 0, "linewidth": 30},
     {"profile": "short"},
     {"profile": "full"},
 ]
@@ -201,20 +203,40 @@ def test_requires_grad_suffix(shape, dtype):
     assert repr(fx) == torch_repr(tx)
 
 
+GRAD_FN_PROGRAMS = ["mul", "add", "sub", "neg", "exp", "mul_scalar", "add_scalar", "square",
+                    "sum"]
+# float32 exp may differ from torch's by an ulp, which can show at 4 decimals: float64 only.
+GRAD_FN_CASES = [(fn, dtype) for fn in GRAD_FN_PROGRAMS for dtype in (torch.float32,
+                                                                      torch.float64)
+                 if not (fn == "exp" and dtype == torch.float32)]
+
+
 @pytest.mark.parametrize("shape", [(), (3,), (2, 3), (4, 20), (1, 19)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("fn", ["mul", "add", "neg", "exp"])
+@pytest.mark.parametrize("fn,dtype", GRAD_FN_CASES)
 def test_grad_fn_suffix(shape, dtype, fn):
-    if fn == "exp":
-        dtype = torch.float64  # float32 exp may differ by an ulp, visible at 4 decimals
     (tx, ty), (fx, fy) = _leaf_pair(shape, dtype)
     programs = {
         "mul": lambda x, y: x * y,
         "add": lambda x, y: x + y,
+        "sub": lambda x, y: x - y,
         "neg": lambda x, y: -x,
         "exp": lambda x, y: x.exp(),
+        "mul_scalar": lambda x, y: x * 2,  # a scalar op, still named MulBackward0
+        "add_scalar": lambda x, y: x + 1.5,
+        "square": lambda x, y: x**2,
+        "sum": lambda x, y: x.sum(),
     }
     assert repr(programs[fn](fx, fy)) == torch_repr(programs[fn](tx, ty))
+
+
+def test_write_through_view_makes_copy_slices():
+    (tx, ty), (fx, fy) = _leaf_pair((3, 4))
+    tb, fb = tx.clone(), fx.clone()
+    tb[1:].mul_(2)
+    fb[1:].mul_(2)
+    assert repr(fb) == torch_repr(tb)
+    # torch's C++ node reports "torch::autograd::CopySlices"; its repr shows the last part.
+    assert fb.grad_fn.name() == tb.grad_fn.name().rsplit("::", 1)[-1] == "CopySlices"
 
 
 def _strip_grad_fn(text: str) -> str:
@@ -281,3 +303,12 @@ def test_repr_does_not_change_values_or_dtype():
     repr(f)
     assert f.dtype is flow.bfloat16
     np.testing.assert_array_equal(f.numpy().astype(np.float32), a.astype(np.float32))
+
+
+def test_device_suffix_comes_first():
+    # torch prints a non-default device before dtype and autograd suffixes.
+    t = flow.ones(2, 3, device="mock", dtype=flow.float64, requires_grad=True)
+    assert repr(t) == (
+        "tensor([[1., 1., 1.],\n"
+        "        [1., 1., 1.]], device='mock', dtype=sbpflow.float64, requires_grad=True)"
+    )

@@ -469,3 +469,28 @@ def test_inplace_add_keeps_target_dtype_or_raises(a, b):
     ft.add_(fo)
     assert name_of(ft.dtype) == name_of(tt.dtype)
     np.testing.assert_array_equal(host(ft), host(tt))
+
+
+def test_tensor_from_nested_tensors_and_new_methods():
+    for lib in (torch, flow):
+        a = lib.tensor([lib.tensor(1.5), lib.tensor(2.0)])
+        b = lib.tensor([[lib.tensor(1), lib.tensor(2)]])
+        x = lib.ones(2, 3, dtype=lib.float64)
+        got = (
+            a.tolist(), name_of(a.dtype), name_of(b.dtype), tuple(b.shape),
+            x.type().split(".")[-1], x.int().type().split(".")[-1],
+            name_of(x.new_tensor([1, 2]).dtype), name_of(x.new_zeros(2).dtype),
+            name_of(x.new_full((2,), 3).dtype), tuple(x.new_ones(4, 1).shape),
+            tuple(lib.ones(2, 3).T.shape), tuple(lib.ones(2, 3).mT.shape),
+            lib.ones(2, 3)[:, 1].stride(), lib.zeros(2, 3).stride(0), lib.zeros(2, 3).stride(-1),
+        )
+        if lib is torch:
+            want = got
+        else:
+            assert got == want
+
+
+def test_type_strings_like_torch():
+    for name in DTYPE_NAMES:
+        f, t = flow.ones(1, dtype=fdt(name)), torch.ones(1, dtype=tdt(name))
+        assert f.type() == t.type().replace("torch.", "sbpflow.")

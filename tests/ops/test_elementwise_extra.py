@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import math
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -90,13 +91,17 @@ _PAIRS = [(a, b) for a in _OPERANDS for b in _OPERANDS
           if isinstance(_OPERANDS[a][0], flow.Tensor) or isinstance(_OPERANDS[b][0], flow.Tensor)]
 
 
-@pytest.mark.parametrize("symbol", list(_BINARY_OPERATORS))
-@pytest.mark.parametrize("lhs,rhs", _PAIRS, ids=[f"{a}-{b}" for a, b in _PAIRS])
+# Integer // and % by the bool tensor's False raise ZeroDivisionError in torch, which looks
+# at the data; sbpflow's kernels cannot (a known gap), so those pairs are left out.
+_OPERATOR_CASES = [(s, a, b) for s in _BINARY_OPERATORS for a, b in _PAIRS
+                   if not (s in ("//", "%") and b == "bool")]
+
+
+@pytest.mark.parametrize("symbol,lhs,rhs", _OPERATOR_CASES,
+                         ids=[f"{a}{s}{b}" for s, a, b in _OPERATOR_CASES])
 def test_binary_operator_matches_torch(symbol, lhs, rhs):
     fn = _BINARY_OPERATORS[symbol]
     (fa, ta), (fb, tb) = _OPERANDS[lhs], _OPERANDS[rhs]
-    if symbol in ("//", "%") and rhs == "bool":
-        pytest.skip("integer division by False: torch raises ZeroDivisionError from the data")
     # rtol covers torch's reciprocal-based 2 / x.
     _same_outcome(fn, fn, (fa, fb), (ta, tb), rtol=2e-6, atol=1e-6)
 
@@ -360,7 +365,8 @@ def test_where_forms_match_torch():
         _same(flow.where(fc, fa, fb), torch.where(tc, ta, tb))
     _same(fx.where(fc, 0.0), tx.where(tc, 0.0))
     fu, tu = _pair(np.array([1, 0, 1], dtype=np.uint8))
-    with pytest.warns(UserWarning):  # torch deprecates uint8 conditions but accepts them
+    with warnings.catch_warnings():  # torch deprecates uint8 conditions (warns once)
+        warnings.simplefilter("ignore")
         expected = torch.where(tu, tx, 0.0)
     _same(flow.where(fu, fx, 0.0), expected)
     with pytest.raises(RuntimeError, match="boolean"):

@@ -97,11 +97,21 @@ def _as_int(v) -> int:
 
 
 def _index_tensor(obj, device) -> Tensor:
-    """A list / NumPy array index as a tensor (an empty one is an integer index)."""
-    arr = np.asarray(obj._host() if isinstance(obj, Tensor) else obj)
-    if arr.size == 0 and arr.dtype.kind not in "b":
-        return _tensor(arr.astype(np.int64), device=device)
-    return _tensor(obj, device=device)
+    """A list / NumPy array index as a tensor: bools stay a mask, anything else becomes int64
+    (torch truncates floats in index lists; an empty list is an integer index)."""
+    if isinstance(obj, (list, tuple)) and any(isinstance(v, Tensor) for v in obj):
+        obj = [v.tolist() if isinstance(v, Tensor) else v for v in obj]
+    try:
+        arr = np.asarray(obj)
+    except ValueError:
+        raise IndexError(f"could not convert the index {obj!r} to a tensor") from None
+    if arr.dtype.kind not in "biuf":
+        raise IndexError(
+            "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
+            f"are valid indices (got {type(obj).__name__})")
+    if arr.dtype.kind != "b":
+        arr = arr.astype(np.int64)
+    return _tensor(arr, device=device)
 
 
 def _classify(k, device):
@@ -146,8 +156,9 @@ def _split_key(x: Tensor, key):
     else:
         items = (key,)
     parsed = [_classify(k, x.device) for k in items]
-    if sum(kind == "ellipsis" for kind, _, _ in parsed) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+    # torch lets the first Ellipsis take every unmentioned axis and later ones take none
+    first = next((i for i, (kind, _, _) in enumerate(parsed) if kind == "ellipsis"), None)
+    parsed = [p for i, p in enumerate(parsed) if p[0] != "ellipsis" or i == first]
     consumed = sum(n for _, _, n in parsed)
     if consumed > x.ndim:
         if x.ndim == 0 and any(kind == "int" for kind, _, _ in parsed):
@@ -382,15 +393,18 @@ def take(input: Tensor, index: Tensor) -> Tensor:
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     _meta_check("index_select", (input, index), dim=dim)
     d, size = _dim_size(input, dim)
-    _check_range(index, size, _bounds_error("index_select", d, size))
+
+    def error(v):  # torch raises IndexError or RuntimeError depending on the layout
+        return IndexError(f"index_select(): index {v} is out of range in self (dimension {d} "
+                          f"has size {size})")
+
+    _check_range(index, size, error)
     return call("index_select", input, index, dim=dim)
 
 
 def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha=1) -> Tensor:
     _meta_check("index_add", (input, index, source), dim=dim, alpha=alpha)
     d, size = _dim_size(input, dim)
-    if index.numel() and (_host_values(index) < 0).any():
-        raise IndexError("index_add(): index out of range in self")
     _check_range(index, size, _bounds_error("index_add", d, size))
     return call("index_add", input, index, source, dim=dim, alpha=alpha)
 

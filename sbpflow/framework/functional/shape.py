@@ -84,7 +84,12 @@ def view(input: Tensor, *shape):
     ):
         from ..._core.dtype import as_dtype
 
-        return call("view_dtype", input, dtype=as_dtype(shape[0]))
+        try:
+            dtype = as_dtype(shape[0])
+        except TypeError:
+            raise TypeError(f"view(): argument 'dtype' must be dtype, not "
+                            f"{type(shape[0]).__name__}") from None
+        return call("view_dtype", input, dtype=dtype)
     return call("view", input, shape=shape_args("view", shape))
 
 
@@ -183,9 +188,26 @@ def select(input: Tensor, dim: int, index):
     return call("select", input, dim=dim, index=_int(index))
 
 
+def _diagonal_viewable(input: Tensor, dim1: int, dim2: int) -> bool:
+    """Can the two axes merge into one (in either order), so the diagonal is a slice?"""
+    st, shape = input.stride(), input._meta.shape
+    d1 = normalize_dim("diagonal", dim1, input.ndim, "dim1")
+    d2 = normalize_dim("diagonal", dim2, input.ndim, "dim2")
+    return any(
+        compute_stride((shape[a], shape[b]), (st[a], st[b]), (shape[a] * shape[b],)) is not None
+        for a, b in ((d1, d2), (d2, d1)))
+
+
 def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
-    # A copy: the primitive set has no strided view that could express a diagonal.
-    return call("diagonal", input, offset=offset, dim1=dim1, dim2=dim2)
+    """A view when the two axes can merge into one (matrices, batches of matrices, their
+    transposes); otherwise a copy, since the primitives have no general strided view."""
+    if input.ndim >= 2 and _diagonal_viewable(input, dim1, dim2):
+        return call("diagonal", input, offset=offset, dim1=dim1, dim2=dim2)
+    return call("diagonal_copy", input, offset=offset, dim1=dim1, dim2=dim2)
+
+
+def diagonal_copy(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1):
+    return call("diagonal_copy", input, offset=offset, dim1=dim1, dim2=dim2)
 
 
 # -- splitting (views through narrow / select) -------------------------------------------------
@@ -397,7 +419,8 @@ METHODS = {
 }
 
 __all__ = [
-    "cat", "chunk", "concat", "concatenate", "contiguous", "diagonal", "expand", "flatten",
+    "cat", "chunk", "concat", "concatenate", "contiguous", "diagonal", "diagonal_copy",
+    "expand", "flatten",
     "flip", "fliplr", "flipud", "movedim", "moveaxis", "narrow", "pad", "permute", "ravel",
     "repeat_interleave", "reshape", "roll", "select", "split", "squeeze", "stack", "swapaxes",
     "swapdims", "t", "tensor_split", "transpose", "tril", "triu", "unbind", "unflatten",
