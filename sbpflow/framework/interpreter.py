@@ -100,7 +100,8 @@ def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
     def make_output(ref, meta, node, i, _dev=dev):
         data, storage = ref
         t = Tensor._make(data, meta, _dev, storage)
-        t._set_grad_fn(node, i)
+        if meta.dtype.is_floating_point:
+            t._set_grad_fn(node, i)
         return t
 
     node = OpNode(opdef, attrs, tensors, outs, in_metas, out_metas, next_functions, make_output,

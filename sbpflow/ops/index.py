@@ -42,13 +42,14 @@ from .registry import register as _register
 from .shape import no_bool_partial
 
 FULL = ("slice", None, None, None)
+_INDEX_DTYPES = (dt.int64, dt.int32)
 
 
 def register(opdef: OpDef) -> OpDef:
+    """Register, dropping signatures with P on a bool input (bools do not add)."""
     if opdef.sbp is not None:
         opdef.sbp = no_bool_partial(opdef.sbp)
     return _register(opdef)
-_INDEX_DTYPES = (dt.int64, dt.int32)
 
 
 def _rand(rng, *shape):
@@ -60,9 +61,8 @@ def _zeros(shape, like):
     return op("full", shape=tuple(shape), fill_value=0, dtype=like.dtype, _device=like.device)
 
 
-def _index_dtype_error(op_name=None):
-    msg = "tensors used as indices must be long, int, byte or bool tensors"
-    return IndexError(msg if op_name is None else f"{op_name}(): {msg}")
+def _index_dtype_error():
+    return IndexError("tensors used as indices must be long, int, byte or bool tensors")
 
 
 # -- basic keys ------------------------------------------------------------------------------
@@ -317,7 +317,6 @@ def index_layout(name, src_shape, key, idx_metas):
     pos = _positions(key)
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     start = pos[0] if adjacent else 0
-    rest = [a for a in range(len(src_shape)) if a not in pos]
     axis_map = {}
     out = []
     if not adjacent:
@@ -329,7 +328,6 @@ def index_layout(name, src_shape, key, idx_metas):
             continue
         axis_map[a] = len(out)
         out.append(src_shape[a])
-    assert len(axis_map) == len(rest)
     return tuple(out), tuple(bshape), start, axis_map
 
 
@@ -349,7 +347,7 @@ def _index_kernel(ctx, arrays, key):
 def _index_grad(ctx, g):
     if not ctx.needs_input_grad[0]:
         return (None,) * len(ctx.in_metas)
-    indices = ctx.inputs[1:]
+    indices = [ctx.input(i) for i in range(1, len(ctx.in_metas))]  # not the source
     zeros = _zeros(ctx.in_metas[0].shape, g)
     gx = op("index_put", [zeros, g, *indices], key=ctx.attrs["key"], accumulate=True)
     return (gx,) + (None,) * len(indices)
@@ -439,7 +437,7 @@ def _index_put_grad(ctx, g):
     need_src, need_values = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if not (need_src or need_values):
         return (None,) * len(ctx.in_metas)
-    indices = ctx.inputs[2:]
+    indices = [ctx.input(i) for i in range(2, len(ctx.in_metas))]  # only what is needed
     gs = gv = None
     if need_src:
         if accumulate:

@@ -1219,3 +1219,109 @@ register(OpDef(
     reference=lambda torch, x, dim, keepdim=False: torch.median(x, dim, keepdim),
     samples=lambda rng: _median_samples(rng, True),
 ))
+
+
+# -- sort, argsort, topk --------------------------------------------------------------------
+def _sort_meta(x, dim=-1, descending=False, stable=False):
+    normalize_dim("sort", dim, x.ndim)
+    return TensorMeta(x.shape, x.dtype), TensorMeta(x.shape, dt.int64)
+
+
+def _sort_kernel(ctx, x, dim=-1, descending=False, stable=False):
+    d = normalize_dim("sort", dim, ctx.in_metas[0].ndim) if ctx.in_metas[0].ndim else 0
+    if ctx.in_metas[0].ndim == 0:
+        return ctx.prims.contiguous(x), ctx.prims.full((), dt.int64, 0)
+    values, idx = ctx.prims.sort(x, d, descending)
+    return values, ctx.prims.cast(idx, dt.int64)
+
+
+def _scatter_values_grad(ctx, g, _indices_grad=None):
+    """Values picked by index along dim: the gradient goes back to those positions."""
+    x = ctx.in_metas[0]
+    if x.ndim == 0:
+        return (g,)
+    d = normalize_dim("sort", ctx.attrs["dim"], x.ndim)
+    zeros = op("full", shape=x.shape, fill_value=0, dtype=g.dtype, _device=g.device)
+    return (op("scatter_add", zeros, ctx.output(1), g, dim=d),)
+
+
+def _sort_sbp(x, dim=-1, descending=False, stable=False):
+    d = normalize_dim("sort", dim, x.ndim) if x.ndim else 0
+    return [Signature((B,), (B, B))] + [
+        Signature((Split(i),), (Split(i), Split(i)))  # (S(i)) -> S(i): rows sort independently
+        for i in range(x.ndim) if i != d and x.shape[i] > 1
+    ]
+
+
+def _sort_samples(rng):
+    # Distinct values so that the order (and the gradient routing) is unique.
+    return [
+        Sample(rng.permutation(12).reshape(3, 4).astype(np.float64)),
+        Sample(rng.permutation(24).reshape(2, 3, 4).astype(np.float64), dim=1, descending=True),
+        Sample(rng.permutation(5).astype(np.float32), dim=0),
+        Sample(rng.integers(0, 4, (3, 5)), dim=-1, stable=True, grad=False),
+    ]
+
+
+register(OpDef(
+    "sort",
+    inputs=("input",),
+    outputs=("values", "indices"),
+    attrs={"dim": Attr("int", -1), "descending": Attr("bool", False),
+           "stable": Attr("bool", False)},
+    infer_meta=_sort_meta,
+    kernel=_sort_kernel,
+    grad=_scatter_values_grad,
+    sbp=_sort_sbp,
+    reference=lambda torch, x, **kw: tuple(torch.sort(x, **{**kw, "stable": True})),
+    samples=_sort_samples,
+))
+
+
+def _topk_meta(x, k, dim=-1, largest=True, sorted=True):
+    d = normalize_dim("topk", dim, x.ndim) if x.ndim else 0
+    n = x.shape[d] if x.ndim else 1
+    if k < 0 or k > n:
+        raise op_error("topk", f"selected index k out of range: k={k} for a dimension of "
+                       f"size {n} (dim {dim}, input shape {list(x.shape)})")
+    shape = tuple(k if i == d else s for i, s in enumerate(x.shape))
+    return TensorMeta(shape, x.dtype), TensorMeta(shape, dt.int64)
+
+
+def _topk_kernel(ctx, x, k, dim=-1, largest=True, sorted=True):
+    xm = ctx.in_metas[0]
+    if xm.ndim == 0:
+        return ctx.prims.contiguous(x), ctx.prims.full((), dt.int64, 0)
+    d = normalize_dim("topk", dim, xm.ndim)
+    values, idx = ctx.prims.sort(x, d, largest)
+    key = tuple(slice(0, k) if i == d else slice(None) for i in range(xm.ndim))
+    return (ctx.prims.contiguous(ctx.prims.slice(values, key)),
+            ctx.prims.cast(ctx.prims.slice(idx, key), dt.int64))
+
+
+def _topk_sbp(x, k, dim=-1, largest=True, sorted=True):
+    d = normalize_dim("topk", dim, x.ndim) if x.ndim else 0
+    return [Signature((B,), (B, B))] + [
+        Signature((Split(i),), (Split(i), Split(i)))  # (S(i)) -> S(i): rows pick independently
+        for i in range(x.ndim) if i != d and x.shape[i] > 1
+    ]
+
+
+register(OpDef(
+    "topk",
+    inputs=("input",),
+    outputs=("values", "indices"),
+    attrs={"k": Attr("int"), "dim": Attr("int", -1), "largest": Attr("bool", True),
+           "sorted": Attr("bool", True)},
+    infer_meta=_topk_meta,
+    kernel=_topk_kernel,
+    grad=_scatter_values_grad,
+    sbp=_topk_sbp,
+    reference="topk",
+    samples=lambda rng: [
+        Sample(rng.permutation(12).reshape(3, 4).astype(np.float64), k=2),
+        Sample(rng.permutation(24).reshape(2, 3, 4).astype(np.float64), k=3, dim=1,
+               largest=False),
+        Sample(rng.permutation(6).astype(np.float32), k=6, dim=0),
+    ],
+))

@@ -51,6 +51,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         dtype = data.dtype if dtype is None else dt.as_dtype(dtype)
     else:
         data = _from_nested_tensors(data)
+        if isinstance(data, (list, tuple)):
+            _check_rectangular(data)
         if isinstance(data, (list, tuple)) and any(isinstance(x, np.ndarray) for x in data):
             data = np.stack([np.asarray(x) for x in data])
         dtype = _infer_dtype(data) if dtype is None else dt.as_dtype(dtype)
@@ -62,6 +64,23 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     if requires_grad:
         t.requires_grad = True
     return t
+
+
+def _check_rectangular(data, dim: int = 0) -> None:
+    """torch's error for ragged nested sequences, before NumPy gives its own."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return
+    first = data[0]
+    is_seq = isinstance(first, (list, tuple))
+    want = len(first) if is_seq else None
+    for x in data:
+        if isinstance(x, (list, tuple)) != is_seq or (is_seq and len(x) != want):
+            got = len(x) if isinstance(x, (list, tuple)) else 0
+            raise ValueError(f"expected sequence of length {want or 0} at dim {dim + 1} "
+                             f"(got {got})")
+    if is_seq:
+        for x in data:
+            _check_rectangular(x, dim + 1)
 
 
 def _meta(shape, dtype):

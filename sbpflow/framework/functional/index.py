@@ -296,7 +296,7 @@ def _put_key(input: Tensor, indices):
         if not isinstance(t, Tensor):
             raise TypeError(f"expected Tensor as element {i} in argument 0, but got "
                             f"{type(t).__name__}")
-        kind, value, n = _tensor_item(t)
+        _, value, n = _tensor_item(t)
         advanced.append((axis, value))
         axis += n
     if axis > input.ndim:

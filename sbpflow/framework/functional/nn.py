@@ -489,7 +489,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
     if input.dtype in (dt.int64, dt.int32):
         bad = _check_index_range(input, 0, num)
         if bad is not None:
-            raise IndexError(f"index out of range in self (index {bad}, table of {num} rows)")
+            raise IndexError(f"embedding(): index out of range in self (index {bad}, table of "
+                             f"{num} rows)")
     if max_norm is not None:
         _embedding_renorm(weight, input, max_norm, norm_type)
     return call("embedding", input, weight, padding_idx=padding_idx,

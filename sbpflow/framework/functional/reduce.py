@@ -196,3 +196,23 @@ __all__ = [
     "logsumexp", "max", "mean", "median", "min", "norm", "prod", "std", "std_mean", "sum",
     "var", "var_mean",
 ]
+
+
+_sort_result = _return_type("sort")
+_topk_result = _return_type("topk")
+
+
+def sort(input, dim=-1, descending=False, stable=False):
+    return _sort_result(*call("sort", input, dim=dim, descending=descending, stable=stable))
+
+
+def argsort(input, dim=-1, descending=False, stable=False):
+    return call("sort", input, dim=dim, descending=descending, stable=stable)[1]
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    return _topk_result(*call("topk", input, k=k, dim=dim, largest=largest, sorted=sorted))
+
+
+METHODS.update({"sort": sort, "argsort": argsort, "topk": topk})
+__all__ += ["argsort", "sort", "topk"]
