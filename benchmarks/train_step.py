@@ -117,7 +117,8 @@ def main():
     x = rng.standard_normal((64, 784)).astype(np.float32)
     y = rng.integers(0, 10, 64)
     torch.manual_seed(0)
-    f = step_fn(flow, mlp(flow.nn), flow.tensor(x), flow.tensor(y), flow.nn.functional.cross_entropy)
+    f = step_fn(flow, mlp(flow.nn), flow.tensor(x), flow.tensor(y),
+                flow.nn.functional.cross_entropy)
     t = step_fn(torch, mlp(torch.nn), torch.tensor(x), torch.tensor(y),
                 torch.nn.functional.cross_entropy)
     n = numpy_mlp_step(x, np.eye(10, dtype=np.float32)[y])

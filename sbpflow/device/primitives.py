@@ -29,7 +29,6 @@ from .._core.dtype import DType
 from . import random as _rng
 from .special import erf as _erf
 
-
 # inf and nan are values here, as in torch: NumPy's floating-point warnings raised from this
 # module (log(0), 0/0, overflow) are not errors of the user's program.
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=__name__)
@@ -199,6 +198,9 @@ class Primitives:
 
     def slice(self, x, key):
         """Basic indexing (ints, slices with positive steps, None, Ellipsis): a view."""
+        # An all-int key would give a NumPy scalar copy; a trailing Ellipsis keeps a 0-d view.
+        if not any(k is Ellipsis for k in key):
+            key = tuple(key) + (Ellipsis,)
         return x[key]
 
     def broadcast_to(self, x, shape):

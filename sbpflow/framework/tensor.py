@@ -332,9 +332,9 @@ class Tensor:
     def _scalar_check(self, what):
         if self._meta.numel != 1:
             raise RuntimeError(
-                f"Boolean value of Tensor with more than one value is ambiguous"
+                "Boolean value of Tensor with more than one value is ambiguous"
                 if what == "bool" else
-                f"only one element tensors can be converted to Python scalars"
+                "only one element tensors can be converted to Python scalars"
             )
 
     def __bool__(self):

@@ -15,7 +15,6 @@ import torch
 import sbpflow as flow
 from sbpflow._core import dtype as dt
 from sbpflow._core.meta import TensorMeta
-from sbpflow.framework.interpreter import apply
 from sbpflow.ops import registry
 from sbpflow.ops.registry import KernelContext
 from sbpflow.sbp import B, P, Signature, Split

@@ -53,8 +53,8 @@ def fill_(self: Tensor, value) -> Tensor:
                 f"{value.dim()} dimensions."
             )
         return copy_(self, value)
-    from .. import interpreter
     from ...ops import registry
+    from .. import interpreter
 
     full = interpreter.apply(registry.get("full"), (),
                              {"shape": tuple(self.shape), "fill_value": value,

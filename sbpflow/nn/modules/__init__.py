@@ -1,17 +1,39 @@
 """nn modules."""
 
 from .activation import (
-    ELU, GELU, Hardtanh, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, SiLU, Softmax, Softplus,
+    ELU,
+    GELU,
+    Hardtanh,
+    LeakyReLU,
+    LogSoftmax,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
     Tanh,
 )
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import Conv1d, Conv2d
 from .linear import Identity, Linear
 from .loss import (
-    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
 )
 from .misc import (
-    AdaptiveAvgPool2d, AvgPool2d, Dropout, Embedding, Flatten, MaxPool2d, Unflatten,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    Dropout,
+    Embedding,
+    Flatten,
+    MaxPool2d,
+    Unflatten,
 )
 from .module import Module
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm

@@ -71,7 +71,8 @@ class _ConvNd(Module):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
         if self.padding != (0,) * self._dims:
-            s += f", padding={self.padding if isinstance(self.padding, tuple) else repr(self.padding)}"
+            pad = self.padding if isinstance(self.padding, tuple) else repr(self.padding)
+            s += f", padding={pad}"
         if self.dilation != (1,) * self._dims:
             s += f", dilation={self.dilation}"
         if self.groups != 1:

@@ -290,7 +290,7 @@ class Module:
         """Replace every parameter's and buffer's data by fn(data), keeping the objects."""
         for m in self.children():
             m._apply(fn)
-        for key, p in self._parameters.items():
+        for p in self._parameters.values():
             if p is None:
                 continue
             with no_grad():
