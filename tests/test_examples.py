@@ -82,7 +82,7 @@ def test_gpt_example_learns():
     model = gpt.TinyGPT(block=9, d_model=32, n_head=2, n_layer=1)
     opt = flow.optim.Adam(model.parameters(), lr=3e-3)
     first = last = None
-    for step in range(40):
+    for _ in range(40):
         x, y = gpt.make_batch(rng, 32, 4)
         logits = model(flow.tensor(x))
         loss = flow.nn.functional.cross_entropy(logits.reshape(-1, gpt.VOCAB),
