@@ -233,3 +233,31 @@ def test_clip_grad_norm_matches_torch():
         np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), 1e-5, 1e-6)
     nn.utils.clip_grad_value_(net.parameters(), 0.01)
     assert max(np.abs(p.grad.numpy()).max() for p in net.parameters()) <= 0.01 + 1e-7
+
+
+def test_dropout_module_train_and_eval():
+    flow.manual_seed(0)
+    drop = nn.Dropout(0.25)
+    x = flow.ones(200, 50)
+    y = drop(x).numpy()
+    kept = y != 0
+    assert abs(kept.mean() - 0.75) < 0.02  # 10000 draws: 4 standard deviations ~ 0.017
+    np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)
+    drop.eval()
+    np.testing.assert_array_equal(drop(x).numpy(), x.numpy())
+    assert repr(drop) == repr(torch.nn.Dropout(0.25))
+
+
+def test_containers_match_torch():
+    def build(m):
+        return m.ModuleList([m.Linear(2, 3), m.ReLU()]), m.ModuleDict({"a": m.Linear(3, 1)}), \
+            m.ParameterList([m.Parameter(flow.zeros(2) if m is nn else torch.zeros(2))])
+
+    ours, theirs = build(nn), build(torch.nn)
+    for a, b in zip(ours, theirs):
+        assert len(a) == len(b)
+        assert [n for n, _ in a.named_parameters()] == [n for n, _ in b.named_parameters()]
+    seq = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    assert isinstance(seq[1], nn.ReLU) and len(seq[1:]) == 2
+    del seq[0]
+    assert [n for n, _ in seq.named_parameters()] == ["1.weight", "1.bias"]
