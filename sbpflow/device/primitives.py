@@ -150,6 +150,10 @@ class Primitives:
         """A fresh C-contiguous copy."""
         return np.array(x, copy=True, order="C")
 
+    def ensure_contiguous(self, x):
+        """x itself when already C-contiguous, else a C-contiguous copy."""
+        return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
     def cast(self, x, dtype: DType):
         """A fresh array of `dtype` (always a copy, so outputs never alias inputs)."""
         return np.asarray(x).astype(dtype.np, copy=True)

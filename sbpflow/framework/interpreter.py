@@ -12,6 +12,8 @@ rewires the base through a `CopySlices` node, as torch does, so gradients stay r
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._core.errors import op_error
 from ..autograd.function import set_tensor_type as _set_function_tensor_type
 from ..autograd.grad_mode import is_grad_enabled, no_grad
@@ -19,6 +21,7 @@ from ..autograd.node import Node, OpNode
 from ..device import Device
 from ..ops import registry
 from ..ops.registry import KernelContext
+from ..vm import Blob, InstructionsBuilder
 from .generator import default_generator
 from .tensor import Tensor
 
@@ -74,19 +77,20 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
         gen = default_generator if generator is None else generator
         words = dev.prims.words_used("normal", sum(m.numel for m in out_metas))
         ctx.seed, ctx.offset = gen.take(words)
-    arrays = [t._data for t in tensors]
-    if opdef.variadic:
-        result = opdef.kernel(ctx, arrays, **attrs)
-    else:
-        result = opdef.kernel(ctx, *arrays, **attrs)
-    if len(out_metas) == 1:
-        result = (result,)
     if opdef.view:
         src = tensors[0]
-        outs = [Tensor._make(result[0], out_metas[0], dev, src._storage)]
+        blob = Blob()
+        strides, offset = _view_layout(opdef, src, out_metas[0], attrs)
+        outs = [Tensor._make(blob, out_metas[0], dev, src._storage, strides, offset)]
         _link_view(outs[0], src, opdef, attrs)
+        out_blobs, out_storages = (blob,), ()
     else:
-        outs = [Tensor._make(r, m, dev) for r, m in zip(result, out_metas)]
+        out_blobs = tuple(Blob() for _ in out_metas)
+        outs = [Tensor._make(b, m, dev) for b, m in zip(out_blobs, out_metas)]
+        out_storages = tuple(o._storage for o in outs)
+    _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, tuple(t._blob for t in tensors),
+                     tuple(t._storage for t in tensors), out_blobs, out_storages,
+                     variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
 
     if opdef.grad is not None and is_grad_enabled():
         if any(t.requires_grad for t in tensors):  # the property: stale views refresh
@@ -98,8 +102,8 @@ def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
     next_functions = [_edge(t) if t.requires_grad else None for t in tensors]
 
     def make_output(ref, meta, node, i, _dev=dev):
-        data, storage = ref
-        t = Tensor._make(data, meta, _dev, storage)
+        blob, storage, strides, offset = ref
+        t = Tensor._make(blob, meta, _dev, storage, strides, offset)
         if meta.dtype.is_floating_point:
             t._set_grad_fn(node, i)
         return t
@@ -112,6 +116,43 @@ def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
 
 
 # -- views -----------------------------------------------------------------------------------
+_LAYOUT_CACHE: dict = {}
+_DUMMY = np.zeros(1, np.uint8)
+_CPU_PRIMS = _CPU.prims
+
+
+def _view_layout(opdef, src: Tensor, out_meta, attrs):
+    """(strides, offset) of a view op's output, known when the op is issued.
+
+    The view kernel only rearranges strides, so running it on a one-byte dummy array with the
+    source's strides (itemsize 1: byte strides are element strides) yields the output's
+    layout without touching data, as torch derives strides from metadata.
+    """
+    key = (opdef.name, src._meta.shape, src._strides, tuple(attrs.values()))
+    try:
+        hit = _LAYOUT_CACHE.get(key)
+    except TypeError:
+        key, hit = None, None
+    if hit is None:
+        dummy = np.lib.stride_tricks.as_strided(_DUMMY, src._meta.shape, src._strides)
+        ctx = KernelContext(_CPU_PRIMS, opdef.name, (src._meta,), (out_meta,))
+        out = opdef.kernel(ctx, dummy, **attrs)
+        start = dummy.__array_interface__["data"][0]
+        hit = (tuple(out.strides), out.__array_interface__["data"][0] - start)
+        if key is not None and len(_LAYOUT_CACHE) < 65536:
+            _LAYOUT_CACHE[key] = hit
+    return hit[0], src._offset + hit[1]
+
+
+def write_values(t: Tensor, value: Tensor, name: str) -> None:
+    """Copy value's array into t's memory (an instruction writing t's storage)."""
+    prims = t._device.prims
+    tb, vb = t._blob, value._blob
+    _builder.call(name, lambda: prims.copy(tb.array, vb.array), ins=(tb, vb), outs=(tb,),
+                  reads=(value._storage,), writes=(t._storage,), stream=t._device.type)
+    t._storage.version += 1
+
+
 def _link_view(out: Tensor, src: Tensor, opdef, attrs) -> None:
     """Remember the root base and the view chain from it, for writes through the view."""
     base = src if src._base is None else src._base
@@ -243,8 +284,7 @@ def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
         raise op_error(op, f"internal: value meta {value._meta} != target meta {t._meta}")
     check_inplace(op, t)
     _check_no_overlap(op, t)
-    t._device.prims.copy(t._data, value._data)
-    t._storage.version += 1
+    write_values(t, value, op)
     if not is_grad_enabled():
         return t
     base = t._base
@@ -309,8 +349,7 @@ def inplace(name: str, target: Tensor, fn, args=(), kwargs=None) -> Tensor:
         # Nothing to rewire: write the values, bump the version.
         check_inplace(name, target)
         _check_no_overlap(name, target)
-        target._device.prims.copy(target._data, out._data)
-        target._storage.version += 1
+        write_values(target, out, name)
         return target
     assign(target, out, name)
     _save_target_instead(out, target)
@@ -324,7 +363,7 @@ def _save_target_instead(value: Tensor, target: Tensor) -> None:
     if not isinstance(node, OpNode) or not node.saved_outputs:
         return
     node.saved_outputs = [
-        ((target._data, target._storage), target._storage.version)
+        (target._data_ref(), target._storage.version)
         if ref[1] is value._storage else (ref, version)
         for ref, version in node.saved_outputs
     ]
@@ -336,6 +375,7 @@ def _torch_type(d) -> str:
             "bool": "Bool"}[d.name]
 
 
+_builder = InstructionsBuilder()
 registry.set_dispatcher(apply)
 # autograd.Function.apply tells tensor arguments apart by this type (autograd can't import it).
 _set_function_tensor_type(Tensor)

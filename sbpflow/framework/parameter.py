@@ -14,7 +14,7 @@ class Parameter(Tensor):
 
             data = empty(0)
         p = object.__new__(cls)
-        Tensor._init_from(p, data._data, data._storage, data._meta, data._device)
+        Tensor._alias(p, data)
         p.requires_grad = requires_grad
         return p
 

@@ -19,15 +19,7 @@ from .._core import dtype as dt
 from .._core.meta import TensorMeta
 from ..autograd.node import AccumulateGrad
 from ..device import Device
-
-
-class Storage:
-    """Shared by a base tensor and all its views."""
-
-    __slots__ = ("version", "__weakref__")
-
-    def __init__(self):
-        self.version = 0
+from ..vm import Blob, Storage, get_vm
 
 
 class Size(tuple):
@@ -52,7 +44,8 @@ _CPU = Device("cpu")
 
 class Tensor:
     __slots__ = (
-        "_data", "_storage", "_meta", "_device", "_requires_grad", "grad", "_grad_fn",
+        "_blob", "_storage", "_meta", "_strides", "_offset", "_device", "_requires_grad", "grad",
+        "_grad_fn",
         "_output_nr", "_base", "_view_chain", "_grad_fn_version", "_leaf_hooks", "_grad_acc",
         "_retains_grad", "__weakref__", "__dict__",
     )
@@ -62,13 +55,21 @@ class Tensor:
         from .functional.creation import _tensor_ctor  # the legacy constructor
 
         t = _tensor_ctor(*args, **kwargs)
-        Tensor._init_from(self, t._data, t._storage, t._meta, t._device)
+        Tensor._alias(self, t)
 
     @staticmethod
-    def _init_from(self, data, storage, meta, device):
-        self._data = data
+    def _alias(self, src: Tensor) -> None:
+        """Make `self` another tensor object over src's memory (no autograd history)."""
+        Tensor._init_from(self, src._blob, src._storage, src._meta, src._device, src._strides,
+                          src._offset)
+
+    @staticmethod
+    def _init_from(self, blob, storage, meta, device, strides=None, offset=0):
+        self._blob = blob
         self._storage = storage
         self._meta = meta
+        self._strides = _contiguous_strides(meta.shape) if strides is None else strides
+        self._offset = offset
         self._device = device
         self._requires_grad = False
         self.grad = None
@@ -82,13 +83,29 @@ class Tensor:
         self._retains_grad = False
 
     @classmethod
-    def _make(cls, data, meta: TensorMeta, device: Device, storage: Storage | None = None):
+    def _make(cls, blob, meta: TensorMeta, device: Device, storage: Storage | None = None,
+              strides=None, offset: int = 0):
+        """A tensor over `blob` (a Blob, or an array that already holds the data)."""
         t = object.__new__(cls)
-        Tensor._init_from(t, data, Storage() if storage is None else storage, meta, device)
+        if not isinstance(blob, Blob):
+            host = blob
+            blob = Blob(blob)
+            if strides is None and isinstance(host, np.ndarray) and host.itemsize:
+                strides = tuple(st // host.itemsize for st in host.strides)
+        if storage is None:
+            storage = Storage()
+            storage.root = blob
+        Tensor._init_from(t, blob, storage, meta, device, strides, offset)
         return t
 
     def _data_ref(self):
-        return self._data, self._storage
+        return self._blob, self._storage, self._strides, self._offset
+
+    @property
+    def _data(self):
+        """The device array, after waiting for the instructions that produce it."""
+        vm = get_vm()
+        return vm.access(self._blob, self._storage, vm.stream(self._device.type))
 
     # -- metadata -------------------------------------------------------------------------
     @property
@@ -126,10 +143,10 @@ class Tensor:
         return self._meta.dtype.itemsize
 
     def stride(self, dim: int | None = None):
-        host = self._device.prims.to_host(self._data)
-        st = tuple(s // host.itemsize if host.itemsize else 0 for s in host.strides)
+        # Strides are metadata (no sync): non-view ops produce C-contiguous arrays, and view
+        # ops' strides are derived when they are issued (interpreter._view_layout).
         # NumPy reports arbitrary strides for size-1 and size-0 axes; torch's are canonical.
-        st = _canonical_strides(self._meta.shape, st)
+        st = _canonical_strides(self._meta.shape, self._strides)
         if self._meta.numel == 0:
             # NumPy reports all-zero strides for empty arrays; torch's are contiguous ones.
             st = _contiguous_strides(self._meta.shape)
@@ -139,12 +156,10 @@ class Tensor:
         return self.stride() == _contiguous_strides(self._meta.shape)
 
     def data_ptr(self) -> int:
-        return self._device.prims.to_host(self._data).__array_interface__["data"][0]
+        return self._host().__array_interface__["data"][0]
 
     def storage_offset(self) -> int:
-        if self._base is None:
-            return 0
-        return (self.data_ptr() - self._base.data_ptr()) // max(self._meta.dtype.itemsize, 1)
+        return self._offset
 
     @property
     def is_leaf(self) -> bool:
@@ -235,7 +250,8 @@ class Tensor:
         return acc
 
     def detach(self) -> Tensor:
-        t = Tensor._make(self._data, self._meta, self._device, self._storage)
+        t = object.__new__(Tensor)
+        Tensor._alias(t, self)
         return t
 
     def detach_(self) -> Tensor:
@@ -297,9 +313,10 @@ class Tensor:
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                 "instead."
             )
-        return self._device.prims.to_host(self._data)
+        return self._host()
 
     def _host(self) -> np.ndarray:
+        """The values as a NumPy array (a sync point: waits for this tensor's writers)."""
         return self._device.prims.to_host(self._data)
 
     def item(self):

@@ -297,7 +297,7 @@ class Module:
                 new = fn(p)
             if new is not p:
                 requires_grad = p.requires_grad and new.dtype.is_floating_point
-                Tensor._init_from(p, new._data, new._storage, new._meta, new._device)
+                Tensor._alias(p, new)
                 p.requires_grad = requires_grad
             if p.grad is not None:
                 with no_grad():

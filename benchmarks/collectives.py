@@ -1,0 +1,120 @@
+"""sbpflow's collectives against raw mpi4py on the same buffers, side by side in one run.
+
+Run: python benchmarks/collectives.py [--ranks 2] [--threads 1]
+(it starts itself under this environment's mpiexec with --ranks processes; under an existing
+`mpiexec -n N` it runs as it is).
+
+For each op and size (4 KB, 1 MB, 64 MB of float32) it times `comm.world().<op>` and the
+equivalent upper-case mpi4py call on MPI.COMM_WORLD, in alternating rounds (so drift hits
+both), each round a loop between barriers timed by the slowest rank. It prints the time per
+call, the bandwidth ratio raw/sbpflow (goal >= 0.95 at >= 1 MB) and the added time at 4 KB
+(goal < 20 µs). The last rows time the tensor-level `flow.comm.all_reduce(t)`, which adds
+the host read and the framework's in-place write (`copy_`) to the array collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import after_import_pin, pin_threads  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--ranks", type=int, default=2)
+parser.add_argument("--threads", type=int, default=1)
+parser.add_argument("--rounds", type=int, default=7)
+args = parser.parse_args()
+threads = pin_threads(args.threads)
+
+from sbpflow.comm import env as comm_env  # noqa: E402  (reads the environment only)
+
+if not comm_env.is_multi_process():
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    os.execv(mpiexec, [mpiexec, "-n", str(args.ranks), sys.executable, *sys.argv])
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import sbpflow as flow  # noqa: E402
+import sbpflow.distributed  # noqa: E402, F401  (flow.comm's tensor functions)
+from sbpflow import comm  # noqa: E402
+
+after_import_pin(threads)
+world = comm.world()
+raw = MPI.COMM_WORLD
+rank, size = raw.Get_rank(), raw.Get_size()
+
+SIZES = {"4 KB": 4 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}
+
+
+def iterations(nbytes: int) -> int:
+    return max(3, min(2000, (256 << 20) // (nbytes * 16)))
+
+
+def loop_seconds(fn, n: int) -> float:
+    """Seconds per call of fn over n calls, as seen by the slowest rank."""
+    raw.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    elapsed = np.array([(time.perf_counter() - t0) / n])
+    raw.Allreduce(MPI.IN_PLACE, elapsed, MPI.MAX)
+    return float(elapsed[0])
+
+
+def compare(ours, theirs, nbytes: int) -> tuple[float, float]:
+    n = iterations(nbytes)
+    ours(), theirs()  # warm up (first-touch, MPI connection set-up)
+    a, b = [], []
+    for _ in range(args.rounds):
+        a.append(loop_seconds(ours, n))
+        b.append(loop_seconds(theirs, n))
+    return statistics.median(a), statistics.median(b)
+
+
+def cases(nbytes: int):
+    count = nbytes // 4
+    x = np.ones(count, np.float32)
+    y = np.ones(count, np.float32)
+    per_rank = np.ones(count // size, np.float32)
+    gathered = np.empty(count // size * size, np.float32)
+    scattered = np.empty(count // size, np.float32)
+    yield ("all_reduce", lambda: world.all_reduce(x),
+           lambda: raw.Allreduce(MPI.IN_PLACE, [y, MPI.FLOAT], MPI.SUM))
+    yield ("all_gather", lambda: world.all_gather(per_rank, sizes=[count // size] * size),
+           lambda: raw.Allgather([per_rank, MPI.FLOAT], [gathered, MPI.FLOAT]))
+    yield ("reduce_scatter", lambda: world.reduce_scatter(x),
+           lambda: raw.Reduce_scatter_block([y, MPI.FLOAT], [scattered, MPI.FLOAT], MPI.SUM))
+    yield ("broadcast", lambda: world.broadcast(x, 0), lambda: raw.Bcast([y, MPI.FLOAT], 0))
+    t = flow.ones(count)
+    host = np.ones(count, np.float32)
+    yield ("flow.comm.all_reduce(t)", lambda: flow.comm.all_reduce(t),
+           lambda: raw.Allreduce(MPI.IN_PLACE, [host, MPI.FLOAT], MPI.SUM))
+
+
+rows = []
+for label, nbytes in SIZES.items():
+    for name, ours, theirs in cases(nbytes):
+        s_ours, s_raw = compare(ours, theirs, nbytes)
+        rows.append((name, label, nbytes, s_ours, s_raw))
+
+if rank == 0:
+    level = {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
+             MPI.THREAD_SERIALIZED: "SERIALIZED", MPI.THREAD_MULTIPLE: "MULTIPLE"}
+    print(f"{size} ranks, {threads} BLAS/OpenMP thread(s) per rank, "
+          f"{threading.active_count()} Python threads per rank (main + collective watchdog), "
+          f"MPI thread level {level[MPI.Query_thread()]}, {MPI.Get_library_version().split()[2]}"
+          f" MPICH, mpi4py {__import__('mpi4py').__version__}; median of {args.rounds} rounds")
+    print()
+    print("| op | size | sbpflow µs | mpi4py µs | bandwidth ratio (mpi4py/sbpflow) "
+          "| added µs |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, label, nbytes, s_ours, s_raw in rows:
+        print(f"| {name} | {label} | {s_ours * 1e6:.1f} | {s_raw * 1e6:.1f} | "
+              f"{s_raw / s_ours:.3f} | {(s_ours - s_raw) * 1e6:+.1f} |")

@@ -1,0 +1,225 @@
+"""The virtual machine: issues instructions to streams and surfaces their errors.
+
+The Python thread calls the builder, which records each instruction's dependences from the
+storages it reads and writes and pushes it to its stream; it never runs kernels itself (except
+in SYNC mode, where every instruction runs inline, for debugging; results are bitwise equal).
+A kernel that raises poisons its outputs; the error, naming the op and the user's line that
+issued it, is raised at the next sync point, and the VM stays usable.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import os
+import sys
+import threading
+
+from .instruction import Call, Instruction, _Poisoned
+from .storage import Blob, Storage, set_release_hook
+from .stream import Stream
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Mode(enum.Enum):
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+class KernelError(RuntimeError):
+    """Base for errors re-raised from a worker; the concrete class also derives from the
+    kernel's own exception type, so `except IndexError` still catches an IndexError."""
+
+
+def _user_site():
+    """(filename, lineno) of the innermost frame outside the sbpflow package."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("<unknown>", 0)
+
+
+def _wrap_error(instr: Instruction, err: BaseException) -> BaseException:
+    site = instr.site
+    msg = f"{instr.name}: {err} (issued at {site[0]}:{site[1]})"
+    cls = type(err)
+    try:
+        wrapped = type(cls.__name__, (cls, KernelError), {"__module__": cls.__module__})(msg)
+    except Exception:
+        wrapped = KernelError(msg)
+    wrapped.__cause__ = err
+    return wrapped
+
+
+class VirtualMachine:
+    HIGH_WATER = 4096  # instructions in flight before the Python thread waits
+    LOW_WATER = 1024  # ... until this few remain
+
+    def __init__(self, mode: Mode | None = None):
+        env = os.environ.get("SBPFLOW_VM_MODE", "async").lower()
+        self.mode = mode or (Mode.SYNC if env == "sync" else Mode.ASYNC)
+        self.streams: dict[str, Stream] = {}
+        self._errors: collections.deque = collections.deque()
+        self._releases: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        set_release_hook(self._releases.append)
+
+    # -- streams ------------------------------------------------------------------------------
+    def stream(self, name: str) -> Stream:
+        s = self.streams.get(name)
+        if s is None:
+            with self._lock:
+                s = self.streams.get(name)
+                if s is None:
+                    s = self.streams[name] = Stream(name, self)
+        return s
+
+    def set_mode(self, mode: Mode | str) -> None:
+        """Switch between ASYNC and SYNC; everything in flight finishes first."""
+        self.synchronize()
+        self.mode = Mode(mode) if not isinstance(mode, Mode) else mode
+
+    # -- issuing --------------------------------------------------------------------------------
+    def issue(self, instr: Instruction, stream: Stream, reads=(), writes=()) -> None:
+        """Record instr's dependences on the storages it reads and writes, then hand it over."""
+        if self._releases:
+            self._flush_releases()
+        seq = stream.issued + 1
+        stream.issued = seq
+        instr.stream = stream
+        instr.seq = seq
+        deps = None
+        for b in instr.ins:  # a blob (e.g. a view) may come from another stream
+            p = b.producer
+            if p is not None and p[0] is not stream:
+                deps = [p] if deps is None else deps + [p]
+        for b in instr.outputs():
+            if b.producer is None or b.array is None:
+                b.producer = (stream, seq)
+        for st in reads:
+            lw = st.last_write
+            if lw is not None and lw[0] is not stream:
+                deps = [lw] if deps is None else deps + [lw]
+            if st.reads is None:
+                st.reads = {stream: seq}
+            else:
+                st.reads[stream] = seq
+        for st in writes:
+            lw = st.last_write
+            if lw is not None and lw[0] is not stream:
+                deps = [lw] if deps is None else deps + [lw]
+            if st.reads:
+                for s2, q in st.reads.items():
+                    if s2 is not stream:
+                        deps = [(s2, q)] if deps is None else deps + [(s2, q)]
+            st.last_write = (stream, seq)
+            st.reads = None
+        instr.deps = deps
+        if self.mode is Mode.SYNC:
+            self._run(instr)
+            stream.completed = seq
+            if self._errors:
+                self.raise_pending()
+            return
+        if seq - stream.completed > self.HIGH_WATER:
+            stream.wait(seq - self.LOW_WATER)  # throttle: let the worker catch up
+        stream.push(instr)
+
+    def _run(self, instr: Instruction) -> None:
+        """Run one instruction (worker thread, or inline in SYNC mode)."""
+        if instr.deps:
+            for s, q in instr.deps:
+                s.wait(q)
+        try:
+            instr.run()
+        except _Poisoned as p:
+            for b in instr.outputs():
+                b.error = p.cause
+        except BaseException as e:  # noqa: BLE001 - every failure must reach the user
+            err = _wrap_error(instr, e)
+            for b in instr.outputs():
+                b.error = err
+            self._errors.append(err)
+
+    # -- sync points ------------------------------------------------------------------------------
+    def raise_pending(self) -> None:
+        if self._errors:
+            err = self._errors.popleft()
+            self._errors.clear()
+            raise err
+
+    def wait_for(self, where) -> None:
+        if where is not None:
+            where[0].wait(where[1])
+
+    def access(self, blob: Blob, storage: Storage, stream: Stream, callback=None):
+        """Host access (numpy(), item(), print): wait for exactly the instructions this blob
+        needs — its producer and its storage's last writer — not for everything in flight;
+        then return the array (or callback(array)) on the Python thread."""
+        if self._releases:
+            self._flush_releases()
+        for where in (blob.producer, storage.last_write):
+            if where is not None and where[0].completed < where[1]:
+                where[0].wait(where[1])
+        if blob.error is not None:
+            self._errors.clear()
+            raise blob.error
+        self.raise_pending()
+        return blob.array if callback is None else callback(blob.array)
+
+    def synchronize(self) -> None:
+        """Wait for everything issued so far; raise the first pending error."""
+        if self._releases:
+            self._flush_releases()
+        for s in list(self.streams.values()):
+            s.wait(s.issued)
+        self.raise_pending()
+
+    def in_flight(self) -> int:
+        return sum(s.issued - s.completed for s in self.streams.values())
+
+    # -- release ----------------------------------------------------------------------------------
+    def _flush_releases(self) -> None:
+        releases = self._releases
+        stream = self.stream("cpu")
+        while releases:
+            st = releases.popleft()
+            root = st.root
+            st.root = None
+
+            def free(root=root):
+                if root is not None:
+                    root.array = None
+
+            instr = Call("release", ("<release>", 0), free, kind="release")
+            self.issue(instr, st.last_write[0] if st.last_write else stream, writes=(st,))
+
+
+_vm: VirtualMachine | None = None
+
+
+def get_vm() -> VirtualMachine:
+    global _vm
+    if _vm is None:
+        _vm = VirtualMachine()
+    return _vm
+
+
+def _before_fork() -> None:
+    # A forked child (DataLoader workers) gets no worker threads: finish all work first, so
+    # every blob it may read is filled in.
+    if _vm is not None:
+        for s in list(_vm.streams.values()):
+            s.wait(s.issued)
+
+
+def _after_fork_in_child() -> None:
+    # The parent's streams, locks and threads are meaningless here: start a fresh VM.
+    global _vm
+    if _vm is not None:
+        mode = _vm.mode
+        _vm = VirtualMachine(mode)
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -1,0 +1,109 @@
+"""A failing rank ends the whole job in seconds, with a non-zero status naming the rank.
+
+Each case runs under the launcher, under `mpiexec python -m mpi4py script.py` and under a
+plain `mpiexec python script.py`, on 2 ranks; rank 1 fails while rank 0 waits in a collective
+it will never complete. `strays == 0` checks that no rank was left running.
+"""
+
+import pytest
+
+from sbpflow.distributed.launch import rank_statuses
+
+from .conftest import MPIEXEC, launcher_cmd, mpiexec_cmd, run_job, script
+
+ENDS_WITHIN_S = 20  # generous for a loaded 2-core CI machine; a run takes about 1 s
+RUNNERS = ("launcher", "mpi4py", "plain")
+
+
+def _run(runner, mode, env=None):
+    program = (script("fail_one_rank.py"), mode)
+    if runner == "launcher":
+        cmd = launcher_cmd(2, *program)
+    elif runner == "mpi4py":
+        cmd = mpiexec_cmd(2, "-m", "mpi4py", *program, extra=("-print-all-exitcodes",))
+    else:
+        cmd = mpiexec_cmd(2, *program, extra=("-print-all-exitcodes",))
+    job = run_job(cmd, timeout=60, env=env)
+    assert job.returncode != 0, job.output
+    assert job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "rank 0: finished" not in job.output
+    return job
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_exception_on_one_rank_ends_the_job(runner):
+    job = _run(runner, "raise")
+    assert "rank 1: uncaught RuntimeError: boom on purpose" in job.stderr, job.output
+    assert "rank 1: Traceback (most recent call last):" in job.stderr
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sys_exit_on_one_rank_ends_the_job(runner):
+    job = _run(runner, "sys_exit")
+    assert job.returncode == 3, job.output
+    assert "rank 1: sys.exit(3)" in job.stderr, job.output
+
+
+def _crashed_rank_named(job, runner, words):
+    if runner == "launcher":
+        assert f"rank 1 {words}" in job.stderr, job.output
+    else:  # hydra's exit-code line lists each rank's wait status in rank order
+        line = next(x for x in job.stdout.splitlines() if "Exit codes:" in x)
+        return rank_statuses(line)[1]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_crash_on_one_rank_ends_the_job(runner):
+    job = _run(runner, "os_exit")
+    status = _crashed_rank_named(job, runner, "exited with status 5")
+    if status is not None:
+        assert status >> 8 == 5, job.output  # a wait status: exit code 5
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sigkill_on_one_rank_ends_the_job(runner):
+    job = _run(runner, "sigkill")
+    status = _crashed_rank_named(job, runner, "was killed by signal 9 (SIGKILL)")
+    if status is not None:
+        assert status & 0x7F == 9, job.output  # a wait status: killed by signal 9
+
+
+@pytest.mark.parametrize("runner", ["launcher", "plain"])
+def test_skipped_collective_is_reported_by_the_watchdog(runner):
+    job = _run(runner, "skip", env={"SBPFLOW_COLLECTIVE_TIMEOUT": "1"})
+    err = job.stderr
+    assert "sbpflow watchdog: rank 0: all_reduce #2 on world has waited" in err, job.output
+    assert "rank 0: waiting in all_reduce #2 on world (float32 (4,))" in err
+    assert "rank 1: at the exit barrier (its script ended)" in err
+
+
+def test_diverged_ranks_are_reported_on_four_ranks():
+    cmd = mpiexec_cmd(4, script("fail_one_rank.py"), "diverge")
+    job = run_job(cmd, timeout=60, env={"SBPFLOW_COLLECTIVE_TIMEOUT": "1"})
+    assert job.returncode != 0 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    err = job.stderr
+    assert "sbpflow watchdog: rank" in err, job.output
+    for r in (0, 2, 3):
+        assert f"rank {r}: waiting in all_reduce #2 on world" in err, job.output
+    assert "rank 1: waiting in broadcast #2 on world" in err, job.output
+
+
+def test_failing_test_under_pytest_ends_the_job():
+    cmd = mpiexec_cmd(2, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                      script("mpi_pytest_case.py"))
+    job = run_job(cmd, timeout=60)
+    assert job.returncode != 0 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "rank 1: test " in job.stderr and "failed (call); ending the job" in job.stderr, (
+        job.output)
+    assert "rank 1 fails on purpose" in job.stderr
+
+
+def test_mpiexec_is_the_wheels():
+    import os
+    import sys
+
+    assert os.path.dirname(MPIEXEC) == os.path.dirname(sys.executable)
+    assert os.access(MPIEXEC, os.X_OK)
