@@ -33,14 +33,19 @@ def after_import_pin(n: int) -> None:
         pass
 
 
-def time_us(fn, min_time: float = 0.2, repeats: int = 5) -> float:
-    """Median over `repeats` of the mean time per call (µs), each run lasting ~min_time."""
+def time_us(fn, min_time: float = 0.2, repeats: int = 5, sync=None) -> float:
+    """Median over `repeats` of the mean time per call (µs), each run lasting ~min_time.
+
+    `sync` (e.g. sbpflow.synchronize) ends every timed run, so asynchronous work counts."""
+    sync = sync or (lambda: None)
     fn()
+    sync()
     n = 1
     while True:
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
+        sync()
         dt = time.perf_counter() - t0
         if dt > min_time / 5:
             break
@@ -51,5 +56,6 @@ def time_us(fn, min_time: float = 0.2, repeats: int = 5) -> float:
         t0 = time.perf_counter()
         for _ in range(per_run):
             fn()
+        sync()
         samples.append((time.perf_counter() - t0) / per_run * 1e6)
     return statistics.median(samples)

@@ -19,6 +19,7 @@ from .framework import interpreter as _interpreter  # noqa: F401  (installs the 
 from .framework.functional import *  # noqa: F403
 from .framework.generator import Generator, default_generator, initial_seed, manual_seed, seed
 from .framework.tensor import Size, Tensor
+from . import vm
 from .vm import synchronize
 from .framework.tensor_str import get_printoptions, printoptions, set_printoptions
 from . import autograd  # noqa: E402

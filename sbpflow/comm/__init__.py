@@ -90,7 +90,24 @@ def install_tensor_api(functions: dict) -> None:
     _TENSOR_API = tuple(functions)
 
 
+_exit_hooks: list = []
+
+
+def on_clean_exit(fn) -> None:
+    """Run `fn()` when this rank's script ends normally, before the exit barrier.
+
+    For work that must finish while every rank can still communicate (the VM drains its
+    streams here). A hook that raises ends the job, as an uncaught exception does.
+    """
+    _exit_hooks.append(fn)
+
+
 def _clean_exit() -> None:
+    for fn in _exit_hooks:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - any failure here must end the job
+            faults._excepthook(type(exc), exc, exc.__traceback__)
     if _world is not None:
         _world.exit_barrier()
 
@@ -110,5 +127,5 @@ __all__ = [
     "Communicator", "DEFAULT_TIMEOUT_S", "ReduceOp", "WorldOfOne", "abort_job",
     "balanced_sizes", "collective_timeout", "env", "get_local_rank", "get_local_world_size",
     "get_node_size", "get_rank", "get_world_size", "install_tensor_api", "is_multi_process",
-    "set_collective_timeout", "world",
+    "on_clean_exit", "set_collective_timeout", "world",
 ]

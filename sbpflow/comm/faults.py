@@ -34,6 +34,7 @@ _exit_status = None
 _real_exit = sys.exit
 _on_clean_exit = None
 _installed = False
+_pid = None  # the rank's own process: a forked child (a DataLoader worker) is not a rank
 FLUSH_GRACE_S = 0.3
 
 
@@ -56,6 +57,9 @@ def abort_job(message: str, code: int = 1, prefix: bool = True):
 
 
 def _excepthook(exc_type, exc, tb):
+    if os.getpid() != _pid:
+        sys.__excepthook__(exc_type, exc, tb)
+        return
     text = "".join(traceback.format_exception(exc_type, exc, tb))
     code = 130 if issubclass(exc_type, KeyboardInterrupt) else 1
     abort_job(f"uncaught {exc_type.__name__}: {exc} (rank {_rank} of {_size}); ending the job\n"
@@ -78,6 +82,8 @@ def _recording_exit(status=None):
 
 
 def _at_exit():
+    if os.getpid() != _pid:
+        return
     code = _exit_code(_exit_status)
     if code != 0:
         abort_job(f"sys.exit({_exit_status!r}) (rank {_rank} of {_size}); ending the job", code)
@@ -87,8 +93,8 @@ def _at_exit():
 
 def install(rank: int, size: int, on_clean_exit) -> None:
     """Install the handlers for a process of a multi-process job (once)."""
-    global _rank, _size, _on_clean_exit, _installed
-    _rank, _size, _on_clean_exit = rank, size, on_clean_exit
+    global _rank, _size, _on_clean_exit, _installed, _pid
+    _rank, _size, _on_clean_exit, _pid = rank, size, on_clean_exit, os.getpid()
     if _installed:
         return
     _installed = True

@@ -423,6 +423,8 @@ class MpiCommunicator(Communicator):
         blocked in a collective meanwhile is reported by its own watchdog, which names this
         rank as being at the exit barrier.
         """
+        if MPI.Is_finalized():  # the script finalized MPI itself: nothing left to wait on
+            return
         ctl = self._watchdog._ctl
         ident = get_ident()
         self._pending[ident] = _watchdog.Pending(

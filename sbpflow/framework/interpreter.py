@@ -49,7 +49,11 @@ def _check_tensors(opdef, tensors):
 
 
 def apply(opdef, inputs, attrs, device=None, generator=None):
-    """Run one op eagerly on local tensors.  Returns a Tensor or a tuple of them."""
+    """Run one op eagerly on local tensors.  Returns a Tensor or a tuple of them.
+
+    This is the hot path of eager mode: meta inference on the Python thread, one instruction
+    to the VM, an autograd node when needed.  Keep it lean.
+    """
     attrs = opdef.bind_attrs(attrs)
     tensors = list(inputs[0]) if opdef.variadic else inputs
     if len(inputs) != len(opdef.inputs):
@@ -58,19 +62,22 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
             f"expected {len(opdef.inputs)} tensor inputs {opdef.inputs}, got {len(inputs)}",
             TypeError,
         )
-    _check_tensors(opdef, tensors)
-    if tensors:
-        dev = tensors[0]._device
-        for t in tensors:
-            if t._device is not dev and t._device != dev:
-                raise op_error(
-                    opdef.name,
-                    "Expected all tensors to be on the same device, but found at least two "
-                    f"devices, {dev} and {t._device}!",
-                )
-    else:
+    dev = None
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            _check_tensors(opdef, tensors)
+        d = t._device
+        if dev is None:
+            dev = d
+        elif d is not dev and d != dev:
+            raise op_error(
+                opdef.name,
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, {dev} and {d}!",
+            )
+    if dev is None:
         dev = _CPU if device is None else Device(device)
-    in_metas = tuple(t._meta for t in tensors)
+    in_metas = tuple([t._meta for t in tensors])
     out_metas = opdef.meta(in_metas, attrs)
     ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
     if opdef.random:
@@ -85,16 +92,19 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
         _link_view(outs[0], src, opdef, attrs)
         out_blobs, out_storages = (blob,), ()
     else:
-        out_blobs = tuple(Blob() for _ in out_metas)
+        out_blobs = [Blob() for _ in out_metas]
         outs = [Tensor._make(b, m, dev) for b, m in zip(out_blobs, out_metas)]
-        out_storages = tuple(o._storage for o in outs)
-    _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, tuple(t._blob for t in tensors),
-                     tuple(t._storage for t in tensors), out_blobs, out_storages,
+        out_storages = [o._storage for o in outs]
+    _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in tensors],
+                     [t._storage for t in tensors], out_blobs, out_storages,
                      variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
 
     if opdef.grad is not None and is_grad_enabled():
-        if any(t.requires_grad for t in tensors):  # the property: stale views refresh
-            _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev)
+        for t in tensors:
+            # The property for views: a view of a base that gained history refreshes.
+            if t._requires_grad or (t._base is not None and t.requires_grad):
+                _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev)
+                break
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 

@@ -397,7 +397,20 @@ class Tensor:
         )
 
 
+_STRIDES_CACHE: dict = {}
+
+
 def _contiguous_strides(shape) -> tuple[int, ...]:
+    shape = tuple(shape)
+    hit = _STRIDES_CACHE.get(shape)
+    if hit is None:
+        hit = _compute_contiguous_strides(shape)
+        if len(_STRIDES_CACHE) < 65536:
+            _STRIDES_CACHE[shape] = hit
+    return hit
+
+
+def _compute_contiguous_strides(shape) -> tuple[int, ...]:
     st, acc = [], 1
     for s in reversed(shape):
         st.append(acc)

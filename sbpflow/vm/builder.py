@@ -11,6 +11,11 @@ from .instruction import Call, OpCall
 from .machine import Mode, VirtualMachine, _user_site, get_vm
 
 
+# Outputs up to this many elements are "small": when their stream is idle they run inline on
+# the issuing thread, since handing them to a worker costs more than the kernel.
+SMALL_NUMEL = 4096
+
+
 class InstructionsBuilder:
     def __init__(self, vm: VirtualMachine | None = None):
         self._vm = vm
@@ -23,9 +28,11 @@ class InstructionsBuilder:
     def op_call(self, name, kernel, ctx, attrs, ins, in_storages, outs, out_storages, *,
                 variadic=False, view=False, device_type="cpu"):
         """Run `kernel` on the arrays of blobs `ins`, producing blobs `outs`."""
-        vm = self.vm
-        instr = OpCall(name, _user_site(), kernel, ctx, attrs, ins, outs, variadic, not view)
-        stream = vm.stream(device_type)
+        vm = self._vm or get_vm()
+        site = _user_site() if vm.mode is Mode.ASYNC else None  # SYNC raises in place
+        small = view or sum(m.numel for m in ctx.out_metas) <= SMALL_NUMEL
+        instr = OpCall(name, site, kernel, ctx, attrs, ins, outs, variadic, not view, small)
+        stream = vm.streams.get(device_type) or vm.stream(device_type)
         vm.issue(instr, stream, reads=in_storages, writes=() if view else out_storages)
         return instr
 
@@ -34,7 +41,8 @@ class InstructionsBuilder:
         """Run fn() for effect, ordered after the writers (and, for writes, the readers) of
         the given storages: in-place writes, collectives, copies."""
         vm = self.vm
-        instr = Call(name, _user_site(), fn, ins=ins, outs=outs, kind=kind)
+        site = _user_site() if vm.mode is Mode.ASYNC else None
+        instr = Call(name, site, fn, ins=ins, outs=outs, kind=kind)
         vm.issue(instr, vm.stream(stream), reads=reads, writes=writes)
         return instr
 

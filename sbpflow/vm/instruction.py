@@ -16,13 +16,14 @@ class _Poisoned(Exception):
 
 
 class Instruction:
-    __slots__ = ("stream", "seq", "deps", "name", "site")
+    __slots__ = ("stream", "seq", "deps", "name", "site", "small")
     kind = "instruction"
 
-    def __init__(self, name: str, site):
+    def __init__(self, name: str, site, small: bool = False):
         self.name = name
         self.site = site  # (filename, lineno) of the user's call, for error messages
         self.deps = None
+        self.small = small  # cheaper to run inline than to hand to an idle worker
 
     def outputs(self):
         return ()
@@ -37,8 +38,9 @@ class OpCall(Instruction):
     __slots__ = ("kernel", "ctx", "attrs", "ins", "outs", "variadic", "fix_layout")
     kind = "op call"
 
-    def __init__(self, name, site, kernel, ctx, attrs, ins, outs, variadic, fix_layout):
-        super().__init__(name, site)
+    def __init__(self, name, site, kernel, ctx, attrs, ins, outs, variadic, fix_layout,
+                 small=False):
+        super().__init__(name, site, small)
         self.kernel = kernel
         self.ctx = ctx
         self.attrs = attrs
@@ -79,8 +81,8 @@ class Call(Instruction):
 
     __slots__ = ("fn", "ins", "outs")
 
-    def __init__(self, name, site, fn, ins=(), outs=(), kind="call"):
-        super().__init__(name, site)
+    def __init__(self, name, site, fn, ins=(), outs=(), kind="call", small=False):
+        super().__init__(name, site, small)
         self.fn = fn
         self.ins = ins
         self.outs = outs

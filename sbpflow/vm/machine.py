@@ -32,17 +32,30 @@ class KernelError(RuntimeError):
     kernel's own exception type, so `except IndexError` still catches an IndexError."""
 
 
+_INSIDE: dict = {}  # code object -> whether it belongs to the sbpflow package
+
+
 def _user_site():
     """(filename, lineno) of the innermost frame outside the sbpflow package."""
     f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+    inside = _INSIDE
+    while f is not None:
+        code = f.f_code
+        flag = inside.get(code)
+        if flag is None:
+            flag = inside[code] = code.co_filename.startswith(_PKG_DIR)
+        if not flag:
+            return code.co_filename, f.f_lineno
         f = f.f_back
-    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("<unknown>", 0)
+    return "<unknown>", 0
 
 
 def _wrap_error(instr: Instruction, err: BaseException) -> BaseException:
     site = instr.site
-    msg = f"{instr.name}: {err} (issued at {site[0]}:{site[1]})"
+    if site is None:  # SYNC mode: the traceback already shows the user's line
+        msg = f"{instr.name}: {err}"
+    else:
+        msg = f"{instr.name}: {err} (issued at {site[0]}:{site[1]})"
     cls = type(err)
     try:
         wrapped = type(cls.__name__, (cls, KernelError), {"__module__": cls.__module__})(msg)
@@ -55,6 +68,7 @@ def _wrap_error(instr: Instruction, err: BaseException) -> BaseException:
 class VirtualMachine:
     HIGH_WATER = 4096  # instructions in flight before the Python thread waits
     LOW_WATER = 1024  # ... until this few remain
+    RELEASE_BATCH = 64  # dead storages released by one instruction
 
     def __init__(self, mode: Mode | None = None):
         env = os.environ.get("SBPFLOW_VM_MODE", "async").lower()
@@ -83,7 +97,7 @@ class VirtualMachine:
     # -- issuing --------------------------------------------------------------------------------
     def issue(self, instr: Instruction, stream: Stream, reads=(), writes=()) -> None:
         """Record instr's dependences on the storages it reads and writes, then hand it over."""
-        if self._releases:
+        if len(self._releases) >= self.RELEASE_BATCH:
             self._flush_releases()
         seq = stream.issued + 1
         stream.issued = seq
@@ -121,6 +135,12 @@ class VirtualMachine:
             stream.completed = seq
             if self._errors:
                 self.raise_pending()
+            return
+        if instr.small and stream.completed == seq - 1:
+            # The stream is idle and the work is smaller than a hand-off to its worker costs
+            # (two GIL switches): run it here, exactly where the worker would have, in order.
+            self._run(instr)
+            stream.completed = seq
             return
         if seq - stream.completed > self.HIGH_WATER:
             stream.wait(seq - self.LOW_WATER)  # throttle: let the worker catch up
@@ -181,19 +201,26 @@ class VirtualMachine:
 
     # -- release ----------------------------------------------------------------------------------
     def _flush_releases(self) -> None:
+        """One release instruction per stream frees a batch of dead storages after their last
+        use: it writes each of them, so it waits for every earlier reader and writer."""
         releases = self._releases
-        stream = self.stream("cpu")
+        batch: dict = {}
         while releases:
             st = releases.popleft()
-            root = st.root
-            st.root = None
+            stream = st.last_write[0] if st.last_write else self.stream("cpu")
+            batch.setdefault(stream, []).append(st)
+        for stream, storages in batch.items():
+            roots = [st.root for st in storages]
+            for st in storages:
+                st.root = None
 
-            def free(root=root):
-                if root is not None:
-                    root.array = None
+            def free(roots=roots):
+                for root in roots:
+                    if root is not None:
+                        root.array = None
 
-            instr = Call("release", ("<release>", 0), free, kind="release")
-            self.issue(instr, st.last_write[0] if st.last_write else stream, writes=(st,))
+            instr = Call("release", ("<release>", 0), free, kind="release", small=True)
+            self.issue(instr, stream, writes=storages)
 
 
 _vm: VirtualMachine | None = None

@@ -15,7 +15,7 @@ ENDS_WITHIN_S = 20  # generous for a loaded 2-core CI machine; a run takes about
 RUNNERS = ("launcher", "mpi4py", "plain")
 
 
-def _run(runner, mode, env=None):
+def _run(runner, mode, env=None, rank0_finishes=False):
     program = (script("fail_one_rank.py"), mode)
     if runner == "launcher":
         cmd = launcher_cmd(2, *program)
@@ -27,7 +27,7 @@ def _run(runner, mode, env=None):
     assert job.returncode != 0, job.output
     assert job.seconds < ENDS_WITHIN_S, job.output
     assert job.strays == 0
-    assert "rank 0: finished" not in job.output
+    assert ("rank 0: finished" in job.output) == rank0_finishes, job.output
     return job
 
 
@@ -72,6 +72,7 @@ def test_sigkill_on_one_rank_ends_the_job(runner):
 @pytest.mark.parametrize("runner", ["launcher", "plain"])
 def test_skipped_collective_is_reported_by_the_watchdog(runner):
     job = _run(runner, "skip", env={"SBPFLOW_COLLECTIVE_TIMEOUT": "1"})
+    assert "rank 1: finished" in job.stdout
     err = job.stderr
     assert "sbpflow watchdog: rank 0: all_reduce #2 on world has waited" in err, job.output
     assert "rank 0: waiting in all_reduce #2 on world (float32 (4,))" in err
@@ -107,3 +108,14 @@ def test_mpiexec_is_the_wheels():
 
     assert os.path.dirname(MPIEXEC) == os.path.dirname(sys.executable)
     assert os.access(MPIEXEC, os.X_OK)
+
+
+def test_exit_hooks_run_before_the_exit_barrier():
+    job = run_job(mpiexec_cmd(2, script("fail_one_rank.py"), "exit_hook"), timeout=60)
+    assert job.returncode == 0, job.output
+    assert job.stdout.count("exit hook saw 3") == 2, job.output  # 1 + 2 over both ranks
+
+
+def test_failing_exit_hook_ends_the_job():
+    job = _run("plain", "exit_hook_raises", rank0_finishes=True)  # then waits to exit
+    assert "rank 1: uncaught RuntimeError: exit hook failed on purpose" in job.stderr, job.output

@@ -169,6 +169,39 @@ for dtype in (np.float64, np.int32, BF16):
     want = np.concatenate([even[j][2 * rank:2 * rank + 2] for j in range(size)])
     check(f"all_to_all even default {np.dtype(dtype)}", world.all_to_all(even[rank]), want)
 
+# -- preallocated receive buffers (out=), contiguous or not, half precision ---------------
+case += 1
+ins = [data(r, (r + 1, 3), np.int32, case) for r in range(size)]
+rows = [r + 1 for r in range(size)]
+out = np.zeros((sum(rows), 3), np.int32)
+assert world.all_gather(ins[rank], sizes=rows, out=out) is out
+check("all_gather out=", out, np.concatenate(ins))
+wide = np.zeros((sum(rows), 6), np.int32)
+world.all_gather(ins[rank], out=wide[:, ::2])  # a non-contiguous receive buffer
+check("all_gather non-contiguous out=", wide[:, ::2], np.concatenate(ins))
+check("all_gather non-contiguous out= leaves the gaps", wide[:, 1::2],
+      np.zeros((sum(rows), 3), np.int32))
+for dtype in (np.float64, BF16):
+    full = [data(r, (2 * size + 1, 2), dtype, case) for r in range(size)]
+    sizes = balanced(2 * size + 1, size)
+    start = sum(sizes[:rank])
+    out = np.zeros((sizes[rank], 2), dtype)
+    assert world.reduce_scatter(full[rank], "sum", out=out) is out
+    check(f"reduce_scatter out= {np.dtype(dtype)}", out,
+          reduce_all(full, "sum")[start:start + sizes[rank]])
+    out = np.zeros((2 * size, 2), dtype)
+    even = [data(r, (2 * size, 2), dtype, case + 1) for r in range(size)]
+    assert world.all_to_all(even[rank], out=out) is out
+    check(f"all_to_all out= {np.dtype(dtype)}", out,
+          np.concatenate([even[j][2 * rank:2 * rank + 2] for j in range(size)]))
+try:
+    world.all_gather(ins[rank], sizes=rows, out=np.zeros((sum(rows) + 1, 3), np.int32))
+except ValueError as exc:
+    assert f"out is int32 ({sum(rows) + 1}, 3)" in str(exc), str(exc)
+    checks += 1
+else:
+    raise AssertionError("all_gather into a wrongly shaped out= must raise")
+
 # -- broadcast, reduce -----------------------------------------------------------------
 for dtype in (np.float32, np.int8, BF16, np.bool_):
     case += 1
