@@ -10,7 +10,6 @@ from __future__ import annotations
 from .instruction import Call, OpCall
 from .machine import Mode, VirtualMachine, _user_site, get_vm
 
-
 # Outputs up to this many elements are "small": when their stream is idle they run inline on
 # the issuing thread, since handing them to a worker costs more than the kernel.
 SMALL_NUMEL = 4096

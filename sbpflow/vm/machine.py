@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 
+from . import threads
 from .instruction import Call, Instruction, _Poisoned
 from .storage import Blob, Storage, set_release_hook
 from .stream import Stream
@@ -77,6 +78,7 @@ class VirtualMachine:
         self._errors: collections.deque = collections.deque()
         self._releases: collections.deque = collections.deque()
         self._lock = threading.Lock()
+        self.blas_threads = None
         set_release_hook(self._releases.append)
 
     # -- streams ------------------------------------------------------------------------------
@@ -86,6 +88,8 @@ class VirtualMachine:
             with self._lock:
                 s = self.streams.get(name)
                 if s is None:
+                    if not self.streams:
+                        self.blas_threads = threads.apply_policy(self.mode is Mode.ASYNC)
                     s = self.streams[name] = Stream(name, self)
         return s
 
@@ -93,6 +97,8 @@ class VirtualMachine:
         """Switch between ASYNC and SYNC; everything in flight finishes first."""
         self.synchronize()
         self.mode = Mode(mode) if not isinstance(mode, Mode) else mode
+        if self.streams:
+            self.blas_threads = threads.apply_policy(self.mode is Mode.ASYNC)
 
     # -- issuing --------------------------------------------------------------------------------
     def issue(self, instr: Instruction, stream: Stream, reads=(), writes=()) -> None:

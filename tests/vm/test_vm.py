@@ -1,0 +1,248 @@
+"""The eager VM: async equals SYNC bit for bit, dependences under stress, errors, memory."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import sbpflow as flow
+from sbpflow.framework.interpreter import apply
+from sbpflow.ops import registry
+from sbpflow.ops.registry import OpDef
+from sbpflow.vm import Mode, get_vm
+
+from ..ops import harness as H
+
+
+@pytest.fixture
+def mode():
+    """Run the test body, restoring ASYNC afterwards."""
+    vm = get_vm()
+    yield vm
+    vm.set_mode(Mode.ASYNC)
+
+
+def _run_sample(opdef, sample):
+    inputs = H.to_flow(opdef, sample, requires_grad=sample.grad)
+    out = H.as_tuple(apply(opdef, inputs, dict(sample.attrs)))
+    roots = [o for o in out if o.requires_grad]
+    if roots and opdef.grad is not None:
+        flow.autograd.backward(roots, [flow.ones(*o.shape, dtype=o.dtype) for o in roots])
+    flat = list(inputs[0]) if opdef.variadic else list(inputs)
+    return [H.host(o) for o in out] + [H.host(t.grad) for t in flat if t.grad is not None]
+
+
+@pytest.mark.parametrize("name", [n for n in registry.list_ops() if not registry.get(n).random])
+def test_async_and_sync_are_bitwise_identical(name, mode):
+    """The op suite in both modes: every sample's outputs and gradients, bit for bit."""
+    opdef = registry.get(name)
+    for sample in H.op_samples(name):
+        mode.set_mode(Mode.SYNC)
+        flow.manual_seed(0)
+        expected = _run_sample(opdef, sample)
+        mode.set_mode(Mode.ASYNC)
+        flow.manual_seed(0)
+        got = _run_sample(opdef, sample)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            assert g.tobytes() == e.tobytes(), f"{name} {sample}"
+
+
+def _random_program(n_ops: int, seed: int):
+    """A random DAG of ops with in-place updates and writes through views; returns the pool."""
+    rng = np.random.default_rng(seed)
+    shapes = [(4, 4), (96, 96)]  # small ones run inline, large ones go to the worker
+    pool = [flow.tensor(rng.standard_normal(shapes[i % 2]).astype(np.float32))
+            for i in range(8)]
+    for _ in range(n_ops):
+        k = int(rng.integers(0, 8))
+        i, j = int(rng.integers(0, len(pool))), int(rng.integers(0, len(pool)))
+        a, b = pool[i], pool[j]
+        if a.shape != b.shape:
+            b = pool[(j + 1) % len(pool)] if pool[(j + 1) % len(pool)].shape == a.shape else a
+        if k == 0:
+            pool[i] = a + b * 0.5
+        elif k == 1:
+            a.mul_(0.9).add_(b, alpha=0.1)  # in place on a pooled tensor
+        elif k == 2:
+            v = a.t()  # a view; write through it
+            v.add_(0.01)
+        elif k == 3:
+            a[: a.shape[0] // 2].copy_(b[a.shape[0] // 2 :])  # slice views on both sides
+        elif k == 4:
+            pool[i] = (a @ b).tanh()
+        elif k == 5:
+            pool[j if pool[j].shape == a.shape else i] = a - a.mean()
+        elif k == 6:
+            pool[i] = a.clamp(-3, 3)
+        else:
+            a.sub_(a.sum(dim=0, keepdim=True) * 0.001)
+        if len(pool) > 8:
+            pool.pop(0)
+    return [t.numpy().copy() for t in pool]
+
+
+def test_random_dag_stress_matches_sync(mode):
+    """Over 10^5 instructions from a random DAG with in-place updates and writes through
+    views: ASYNC gives exactly the SYNC result."""
+    steps = 40_000
+    mode.set_mode(Mode.SYNC)
+    expected = _random_program(steps, seed=1)
+    mode.set_mode(Mode.ASYNC)
+    stream = mode.stream("cpu")
+    before = stream.issued
+    got = _random_program(steps, seed=1)
+    assert stream.issued - before >= 100_000
+    for g, e in zip(got, expected):
+        assert np.array_equal(g, e)
+
+
+def _failing_opdef():
+    def kernel(ctx, x):
+        raise ValueError("boom from the kernel")
+
+    return OpDef("test_failing", inputs=("input",), infer_meta=lambda x: x, kernel=kernel)
+
+
+def test_kernel_error_surfaces_at_next_sync_with_op_and_site(mode):
+    big = flow.ones(128, 128)  # large: runs on the worker
+    bad = apply(_failing_opdef(), (big,), {})  # issued here: this line is named
+    line = sys._getframe().f_lineno - 1
+    downstream = bad * 2  # depends on the failed result
+    with pytest.raises(ValueError) as info:
+        downstream.numpy()
+    msg = str(info.value)
+    assert "test_failing" in msg and "boom from the kernel" in msg
+    assert f"test_vm.py:{line}" in msg
+    # The VM stays usable; unrelated work is right; the error is not raised twice.
+    ok = (flow.ones(3) * 3).numpy()
+    assert ok.tolist() == [3.0, 3.0, 3.0]
+    flow.synchronize()
+
+
+def test_pending_error_raised_by_synchronize(mode):
+    apply(_failing_opdef(), (flow.ones(200, 200),), {})
+    with pytest.raises(ValueError, match="boom"):
+        flow.synchronize()
+    flow.synchronize()  # cleared
+
+
+def test_sync_mode_raises_in_place(mode):
+    mode.set_mode(Mode.SYNC)
+    with pytest.raises(ValueError, match="boom"):
+        apply(_failing_opdef(), (flow.ones(2),), {})
+
+
+def test_sync_mode_from_environment():
+    code = "import sbpflow as f; print(f.vm.get_mode().value)"
+    env = dict(os.environ, SBPFLOW_VM_MODE="sync")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "sync", out.stderr
+
+
+def test_host_access_waits_only_for_its_writers(mode):
+    small = flow.ones(4) * 2
+    a = flow.ones(400, 400)
+    for _ in range(6):
+        a = a @ a * 0.001  # long-running work issued after `small`
+    vm = mode
+    got = small.numpy()
+    in_flight = vm.in_flight()
+    assert got.tolist() == [2.0] * 4
+    assert in_flight > 0, "numpy() waited for unrelated work"
+    flow.synchronize()
+
+
+def test_throttle_bounds_instructions_in_flight(mode):
+    vm = mode
+    x = flow.ones(128, 128)
+    peak = 0
+    for _ in range(vm.HIGH_WATER + 2000):
+        x = x + 1.0
+        peak = max(peak, vm.in_flight())
+    flow.synchronize()
+    assert peak <= vm.HIGH_WATER + 1
+    assert x[0, 0].item() == vm.HIGH_WATER + 2001
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _live_storages() -> int:
+    from sbpflow.vm import Storage
+
+    return sum(1 for o in gc.get_objects() if isinstance(o, Storage))
+
+
+def test_training_memory_is_stable_over_10000_steps(mode):
+    flow.manual_seed(0)
+    model = flow.nn.Sequential(flow.nn.Linear(16, 32), flow.nn.ReLU(), flow.nn.Linear(32, 4))
+    opt = flow.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = flow.randn(32, 16)
+    y = flow.randint(0, 4, (32,))
+    marks = {}
+    for step in range(1, 10_001):
+        loss = flow.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step in (1000, 10_000):
+            flow.synchronize()
+            gc.collect()
+            marks[step] = (_rss_mb(), _live_storages())
+    rss0, live0 = marks[1000]
+    rss1, live1 = marks[10_000]
+    assert live1 <= live0 + 4, f"live storages grew: {live0} -> {live1}"
+    assert rss1 - rss0 < 8, f"RSS grew by {rss1 - rss0:.1f} MB"
+    assert np.isfinite(loss.item())
+
+
+def test_release_during_backward_is_thread_safe(mode):
+    """Intermediates die (and are released) while the worker runs the backward kernels."""
+    def run():
+        flow.manual_seed(1)
+        w = flow.randn(128, 128, requires_grad=True)
+        x = flow.randn(48, 128)  # 6144 elements: above the inline threshold
+        dropped = []
+
+        def hook(g):
+            dropped.clear()  # drop references mid-backward
+            gc.collect()
+            return g
+
+        h = x
+        for i in range(30):
+            h = (h @ w).tanh() * 0.9 + h * 0.1
+            if i % 8 == 0:
+                h.register_hook(hook)
+                dropped.append(h.detach() * 1)
+        h.sum().backward()
+        return w.grad.numpy().copy()
+
+    mode.set_mode(Mode.SYNC)
+    expected = run()
+    mode.set_mode(Mode.ASYNC)
+    for _ in range(2):
+        assert np.array_equal(run(), expected)
+
+
+def test_overlap_python_issue_with_worker_kernels(mode):
+    """Issuing returns before big kernels finish: the Python thread runs ahead."""
+    a = flow.ones(600, 600)
+    t0 = time.perf_counter()
+    outs = [a @ a for _ in range(4)]
+    issued = time.perf_counter() - t0
+    flow.synchronize()
+    total = time.perf_counter() - t0
+    assert issued < total / 2
+    assert outs[-1][0, 0].item() == 600.0
