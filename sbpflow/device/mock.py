@@ -68,6 +68,7 @@ class MockPrimitives(Primitives):
     name = "mock"
 
     def __init__(self):
+        super().__init__()
         self.calls: collections.Counter[str] = collections.Counter()
 
     def to_host(self, x):
@@ -87,5 +88,14 @@ def _counted(name):
 
 
 for _name, _value in vars(Primitives).items():
-    if callable(_value) and not _name.startswith("_") and _name not in ("to_host", "words_used"):
+    if callable(_value) and not _name.startswith("_") and _name not in ("to_host", "words_used", "release"):
         setattr(MockPrimitives, _name, _counted(_name))
+
+
+def _release(self, arrays: list) -> None:
+    self.calls["release"] += 1
+    unwrapped = [_unwrap(arrays.pop()) for _ in range(len(arrays))]
+    Primitives.release(self, unwrapped)
+
+
+MockPrimitives.release = _release

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._core.dtype import DType
 from . import random as _rng
+from .allocator import LARGE, CachingAllocator
 from .special import erf as _erf
 
 # inf and nan are values here, as in torch: NumPy's floating-point warnings raised from this
@@ -134,12 +135,23 @@ class Primitives:
 
     name = "cpu"
 
+    def __init__(self):
+        self.allocator = CachingAllocator()
+
     # -- memory -------------------------------------------------------------------------
     def empty(self, shape, dtype: DType):
-        return np.empty(shape, dtype.np)
+        return self.allocator.empty(shape, dtype.np)
 
     def full(self, shape, dtype: DType, value):
-        return np.full(shape, value, dtype.np)
+        out = self.allocator.empty(shape, dtype.np)
+        out.fill(value)
+        return out
+
+    def release(self, arrays: list) -> None:
+        """The storages owning these arrays are dead (the VM's release instruction): recycle
+        their buffers.  Empties the list, so the caller keeps no reference."""
+        while arrays:
+            self.allocator.free_last(arrays)
 
     def copy(self, dst, src):
         """Write `src` (broadcast, cast) into `dst` in place; return dst."""
@@ -148,7 +160,11 @@ class Primitives:
 
     def contiguous(self, x):
         """A fresh C-contiguous copy."""
-        return np.array(x, copy=True, order="C")
+        if x.nbytes < LARGE:
+            return np.array(x, copy=True, order="C")
+        out = self.allocator.empty(x.shape, x.dtype)
+        np.copyto(out, x)
+        return out
 
     def ensure_contiguous(self, x):
         """x itself when already C-contiguous, else a C-contiguous copy."""
@@ -170,7 +186,14 @@ class Primitives:
         return _arr(_UNARY[op](x))
 
     def binary(self, op: str, a, b):
-        return _arr(_BINARY[op](a, b))
+        f = _BINARY[op]
+        if getattr(a, "nbytes", 0) >= LARGE or getattr(b, "nbytes", 0) >= LARGE:
+            # Large results go into a cached buffer instead of freshly faulted-in memory.
+            a, b = np.asarray(a), np.asarray(b)
+            out_dtype = f.resolve_dtypes((a.dtype, b.dtype, None))[2]
+            out = self.allocator.empty(np.broadcast_shapes(a.shape, b.shape), out_dtype)
+            return f(a, b, out=out)
+        return _arr(f(a, b))
 
     def where(self, cond, a, b):
         return _arr(np.where(cond, a, b))
@@ -188,6 +211,13 @@ class Primitives:
 
     # -- linalg -------------------------------------------------------------------------
     def matmul(self, a, b):
+        if a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype:
+            shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+            n = a.dtype.itemsize
+            for s in shape:
+                n *= s
+            if n >= LARGE:
+                return np.matmul(a, b, out=self.allocator.empty(shape, a.dtype))
         return _arr(np.matmul(a, b))
 
     # -- layout (views share memory with their input) -------------------------------------

@@ -93,7 +93,7 @@ class Tensor:
             if strides is None and isinstance(host, np.ndarray) and host.itemsize:
                 strides = tuple(st // host.itemsize for st in host.strides)
         if storage is None:
-            storage = Storage()
+            storage = Storage(device.prims)
             storage.root = blob
         Tensor._init_from(t, blob, storage, meta, device, strides, offset)
         return t

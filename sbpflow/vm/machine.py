@@ -216,14 +216,19 @@ class VirtualMachine:
             stream = st.last_write[0] if st.last_write else self.stream("cpu")
             batch.setdefault(stream, []).append(st)
         for stream, storages in batch.items():
-            roots = [st.root for st in storages]
+            roots = [(st.root, st.prims) for st in storages]
             for st in storages:
                 st.root = None
 
             def free(roots=roots):
-                for root in roots:
-                    if root is not None:
-                        root.array = None
+                while roots:
+                    root, prims = roots.pop()
+                    if root is None or root.array is None:
+                        continue
+                    arrays = [root.array]
+                    root.array = None
+                    if prims is not None:
+                        prims.release(arrays)  # back to the allocator if nobody holds it
 
             instr = Call("release", ("<release>", 0), free, kind="release", small=True)
             self.issue(instr, stream, writes=storages)

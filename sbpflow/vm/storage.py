@@ -21,10 +21,11 @@ class Blob:
 
 
 class Storage:
-    __slots__ = ("version", "last_write", "reads", "root", "__weakref__")
+    __slots__ = ("version", "last_write", "reads", "root", "prims", "__weakref__")
 
-    def __init__(self):
+    def __init__(self, prims=None):
         self.version = 0
+        self.prims = prims  # the device primitives whose allocator owns the memory
         self.last_write = None  # (stream, seq) of the last instruction that wrote here
         self.reads = None  # {stream: seq} of the latest reads since that write
         self.root = None  # the blob whose array owns the memory (for release)

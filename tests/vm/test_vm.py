@@ -246,3 +246,35 @@ def test_overlap_python_issue_with_worker_kernels(mode):
     total = time.perf_counter() - t0
     assert issued < total / 2
     assert outs[-1][0, 0].item() == 600.0
+
+
+def test_caching_allocator_reuses_released_buffers_safely(mode):
+    prims = flow.device("cpu").prims
+    alloc = prims.allocator
+    x = flow.randn(256, 256)
+    flow.synchronize()
+    hits = alloc.hits
+    held = (x * 3).numpy()  # the user holds this buffer: it must never be recycled
+    expected = held.copy()
+    for _ in range(200):
+        y = (x * 2 + 1) @ x  # 256 KB temporaries die every iteration
+    flow.synchronize()
+    assert alloc.hits > hits + 100, "released buffers were not reused"
+    np.testing.assert_array_equal(held, expected)
+    ref = (x.numpy() * 2 + 1) @ x.numpy()
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_release_instruction_runs_after_last_use(mode):
+    """A tensor dropped right after issuing work on it is freed only after that work."""
+    x = flow.randn(300, 300)
+    results = []
+    for _ in range(20):
+        t = x * 1.0
+        results.append((t @ t).sum())  # t's last use is queued; then t dies
+        del t
+    flow.synchronize()
+    xn = x.numpy().astype(np.float64)
+    want = float((xn @ xn).sum())
+    for r in results:
+        assert abs(r.item() - want) <= 1e-3 * abs(want) + 1e-2
