@@ -87,8 +87,9 @@ def _counted(name):
     return method
 
 
+_UNCOUNTED = ("to_host", "words_used", "release")
 for _name, _value in vars(Primitives).items():
-    if callable(_value) and not _name.startswith("_") and _name not in ("to_host", "words_used", "release"):
+    if callable(_value) and not _name.startswith("_") and _name not in _UNCOUNTED:
         setattr(MockPrimitives, _name, _counted(_name))
 
 
