@@ -109,6 +109,17 @@ def numpy_mlp_step(x, y_onehot):
     return step
 
 
+def _both_modes(fn):
+    """(async µs, SYNC µs) per call of fn: the same code under both VM modes."""
+    vm = flow.vm
+    vm.set_mode("async")
+    a = time_us(fn, args.min_time, sync=flow.synchronize)
+    vm.set_mode("sync")
+    s = time_us(fn, args.min_time)
+    vm.set_mode("async")
+    return a, s
+
+
 def main():
     print(f"threads: {threads} (OMP/OpenBLAS/MKL pinned; torch.set_num_threads({threads}))")
     rng = np.random.default_rng(0)
@@ -122,7 +133,7 @@ def main():
     t = step_fn(torch, mlp(torch.nn), torch.tensor(x), torch.tensor(y),
                 torch.nn.functional.cross_entropy)
     n = numpy_mlp_step(x, np.eye(10, dtype=np.float32)[y])
-    rows.append(("MLP 784-256-10", time_us(f, args.min_time), time_us(t, args.min_time),
+    rows.append(("MLP 784-256-10", *_both_modes(f), time_us(t, args.min_time),
                  time_us(n, args.min_time)))
 
     xi = rng.standard_normal((64, 1, 8, 8)).astype(np.float32)
@@ -130,7 +141,7 @@ def main():
                 flow.nn.functional.cross_entropy)
     t = step_fn(torch, torch_digits(), torch.tensor(xi), torch.tensor(y),
                 torch.nn.functional.cross_entropy)
-    rows.append(("digits CNN", time_us(f, args.min_time), time_us(t, args.min_time), None))
+    rows.append(("digits CNN", *_both_modes(f), time_us(t, args.min_time), None))
 
     xs, ys = make_batch(rng, 64, 6)
 
@@ -140,14 +151,15 @@ def main():
 
     f = step_fn(flow, TinyGPT(block=13), flow.tensor(xs), flow.tensor(ys), ce(flow))
     t = step_fn(torch, torch_gpt(13), torch.tensor(xs), torch.tensor(ys), ce(torch))
-    rows.append(("small GPT", time_us(f, args.min_time), time_us(t, args.min_time), None))
+    rows.append(("small GPT", *_both_modes(f), time_us(t, args.min_time), None))
 
-    print(f"{'model':<16}{'sbpflow ms':>11}{'torch ms':>10}{'numpy ms':>10}"
-          f"{'vs torch':>10}{'vs numpy':>10}")
-    for name, fs, ts, ns in rows:
+    print(f"{'model':<16}{'async ms':>10}{'sync ms':>9}{'torch ms':>10}{'numpy ms':>10}"
+          f"{'async/sync':>11}{'async/torch':>12}{'async/numpy':>12}")
+    for name, fa, fs, ts, ns in rows:
         ncol = f"{ns / 1e3:>10.2f}" if ns else f"{'-':>10}"
-        rcol = f"{fs / ns:>9.1f}x" if ns else f"{'-':>10}"
-        print(f"{name:<16}{fs / 1e3:>11.2f}{ts / 1e3:>10.2f}{ncol}{fs / ts:>9.1f}x{rcol}")
+        rcol = f"{fa / ns:>11.1f}x" if ns else f"{'-':>12}"
+        print(f"{name:<16}{fa / 1e3:>10.2f}{fs / 1e3:>9.2f}{ts / 1e3:>10.2f}{ncol}"
+              f"{fa / fs:>10.2f}x{fa / ts:>11.1f}x{rcol}")
 
 
 if __name__ == "__main__":

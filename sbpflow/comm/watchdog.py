@@ -97,6 +97,7 @@ class Watchdog:
         self._ask_buf = bytearray(8)
         self._ask_status = mpi.Status()
         self._answers_out: list = []
+        self._abandoned: list = []
         self._last_asked = -1e9  # when another rank, reporting a late collective, asked us
         self._lowest_asker = size
         self._stop = threading.Event()
@@ -172,7 +173,10 @@ class Watchdog:
         while replies and time.monotonic() < deadline:
             self._answer_asks()  # another rank may be reporting at the same moment
             if self._lowest_asker < self._rank:
-                return None  # two ranks timed out together: the lower rank reports
+                # Two ranks timed out together: the lower rank reports. The answers to our
+                # own asks may still arrive: keep their buffers alive for MPI to write into.
+                self._abandoned.append((asks, replies))
+                return None
             for r, (req, buf) in list(replies.items()):
                 if req.Test():
                     answers[r] = bytes(buf).rstrip(b"\0").decode(errors="replace")

@@ -159,7 +159,8 @@ def write_values(t: Tensor, value: Tensor, name: str) -> None:
     prims = t._device.prims
     tb, vb = t._blob, value._blob
     _builder.call(name, lambda: prims.copy(tb.array, vb.array), ins=(tb, vb), outs=(tb,),
-                  reads=(value._storage,), writes=(t._storage,), stream=t._device.type)
+                  reads=(value._storage,), writes=(t._storage,), stream=t._device.type,
+                  numel=t._meta.numel)
     t._storage.version += 1
 
 

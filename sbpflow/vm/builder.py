@@ -10,9 +10,12 @@ from __future__ import annotations
 from .instruction import Call, OpCall
 from .machine import Mode, VirtualMachine, _user_site, get_vm
 
-# Outputs up to this many elements are "small": when their stream is idle they run inline on
-# the issuing thread, since handing them to a worker costs more than the kernel.
-SMALL_NUMEL = 4096
+# An op touching fewer elements than this (inputs plus outputs) is "small": when its stream is
+# idle it runs inline on the issuing thread.  Handing an instruction to a worker costs two GIL
+# hand-offs, and while Python code runs on the issuing thread the worker waits for the GIL
+# after every NumPy call; below ~512K elements (2 MB of float32) that costs more than the
+# overlap it buys (measured in BENCHMARKS.md).
+SMALL_NUMEL = 1 << 19
 
 
 class InstructionsBuilder:
@@ -29,19 +32,21 @@ class InstructionsBuilder:
         """Run `kernel` on the arrays of blobs `ins`, producing blobs `outs`."""
         vm = self._vm or get_vm()
         site = _user_site() if vm.mode is Mode.ASYNC else None  # SYNC raises in place
-        small = view or sum(m.numel for m in ctx.out_metas) <= SMALL_NUMEL
+        small = view or (sum(m.numel for m in ctx.out_metas)
+                         + sum(m.numel for m in ctx.in_metas)) < SMALL_NUMEL
         instr = OpCall(name, site, kernel, ctx, attrs, ins, outs, variadic, not view, small)
         stream = vm.streams.get(device_type) or vm.stream(device_type)
         vm.issue(instr, stream, reads=in_storages, writes=() if view else out_storages)
         return instr
 
     def call(self, name, fn, *, ins=(), outs=(), reads=(), writes=(), stream="cpu",
-             kind="call"):
+             kind="call", numel=None):
         """Run fn() for effect, ordered after the writers (and, for writes, the readers) of
         the given storages: in-place writes, collectives, copies."""
         vm = self.vm
         site = _user_site() if vm.mode is Mode.ASYNC else None
-        instr = Call(name, site, fn, ins=ins, outs=outs, kind=kind)
+        small = numel is not None and 2 * numel < SMALL_NUMEL  # e.g. an in-place copy
+        instr = Call(name, site, fn, ins=ins, outs=outs, kind=kind, small=small)
         vm.issue(instr, vm.stream(stream), reads=reads, writes=writes)
         return instr
 
