@@ -22,6 +22,9 @@ from ..autograd import no_grad
 from ..comm import ReduceOp
 from ..framework.functional.creation import empty, from_numpy
 from ..framework.tensor import Tensor
+from ..vm import InstructionsBuilder
+
+_builder = InstructionsBuilder()
 
 _MAX_NDIM = 14
 _META_LEN = 2 + _MAX_NDIM  # ndim, dtype index, shape padded with zeros
@@ -68,12 +71,27 @@ def _write(t: Tensor, values: np.ndarray) -> None:
         t.copy_(from_numpy(np.ascontiguousarray(values).reshape(tuple(t.shape))))
 
 
+def _on_comm_stream(name: str, tensor: Tensor, fn) -> None:
+    """Run fn(array) -> new values as a collective instruction on the VM's comm stream,
+    writing tensor's memory in place: ordered after the tensor's earlier writers and readers,
+    before its later readers, and in issue order with every other collective."""
+    blob = tensor._blob
+
+    def run():
+        arr = blob.array
+        np.copyto(arr, fn(arr))
+
+    _builder.collective(name, run, ins=(blob,), outs=(blob,), writes=(tensor._storage,))
+    tensor._storage.version += 1
+
+
 def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None) -> None:
-    """Reduce `tensor` over all ranks, in place: afterwards every rank holds the result."""
+    """Reduce `tensor` over all ranks, in place: afterwards every rank holds the result.
+    Asynchronous: it runs on the VM's comm stream; reading the tensor waits for it."""
     _local("all_reduce", "tensor", tensor)
-    result = _group(group).all_reduce(tensor._host(), op, out=np.empty(
-        tuple(tensor.shape), tensor.dtype.np))
-    _write(tensor, result)
+    comm = _group(group)
+    _on_comm_stream("all_reduce", tensor, lambda a: comm.all_reduce(
+        np.ascontiguousarray(a), op, out=np.empty(a.shape, a.dtype)))
 
 
 def all_gather(tensor_list: list, tensor: Tensor, group=None) -> None:
@@ -99,10 +117,13 @@ def broadcast(tensor: Tensor, src: int, group=None) -> None:
     """Overwrite `tensor` on every rank with rank `src`'s."""
     comm = _group(group)
     _local("broadcast", "tensor", tensor)
-    buf = np.array(tensor._host(), order="C")
-    comm.broadcast(buf, src)
-    if comm.rank != src:
-        _write(tensor, buf)
+
+    def run(a):
+        buf = np.array(a, order="C")
+        comm.broadcast(buf, src)
+        return buf
+
+    _on_comm_stream("broadcast", tensor, run)
 
 
 def reduce(tensor: Tensor, dst: int, op=ReduceOp.SUM, group=None) -> None:
@@ -232,3 +253,13 @@ TENSOR_API = {
 _comm.install_tensor_api(TENSOR_API)
 
 __all__ = list(TENSOR_API) + ["ReduceOp"]
+
+
+def _drain_vm() -> None:
+    # Collectives still queued on the comm stream must finish before the exit barrier.
+    from ..vm import get_vm
+
+    get_vm().synchronize()
+
+
+_comm.on_clean_exit(_drain_vm)

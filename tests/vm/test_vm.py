@@ -150,7 +150,7 @@ def test_sync_mode_from_environment():
 
 def test_host_access_waits_only_for_its_writers(mode):
     small = flow.ones(4) * 2
-    a = flow.ones(400, 400)
+    a = flow.ones(700, 700)  # large enough to be handed to the worker
     for _ in range(6):
         a = a @ a * 0.001  # long-running work issued after `small`
     vm = mode
