@@ -8,14 +8,14 @@ copy between devices, collective (on the comm stream) and barrier.
 from __future__ import annotations
 
 from .instruction import Call, OpCall
-from .machine import Mode, VirtualMachine, _user_site, get_vm
+from .machine import Mode, VirtualMachine, get_vm
 
-# An op touching fewer elements than this (inputs plus outputs) is "small": when its stream is
-# idle it runs inline on the issuing thread.  Handing an instruction to a worker costs two GIL
-# hand-offs, and while Python code runs on the issuing thread the worker waits for the GIL
-# after every NumPy call; below ~512K elements (2 MB of float32) that costs more than the
-# overlap it buys (measured in BENCHMARKS.md).
-SMALL_NUMEL = 1 << 19
+# An op producing fewer elements than this is "small": when its stream is idle it runs inline
+# on the issuing thread.  Handing an instruction to a worker costs two GIL hand-offs, and while
+# Python code runs on the issuing thread the worker waits for the GIL after every NumPy call;
+# below 256K output elements (1 MB of float32) that costs more than the overlap it buys
+# (measured in BENCHMARKS.md).
+SMALL_NUMEL = 1 << 18
 
 
 class InstructionsBuilder:
@@ -31,10 +31,9 @@ class InstructionsBuilder:
                 variadic=False, view=False, device_type="cpu"):
         """Run `kernel` on the arrays of blobs `ins`, producing blobs `outs`."""
         vm = self._vm or get_vm()
-        site = _user_site() if vm.mode is Mode.ASYNC else None  # SYNC raises in place
-        small = view or (sum(m.numel for m in ctx.out_metas)
-                         + sum(m.numel for m in ctx.in_metas)) < SMALL_NUMEL
-        instr = OpCall(name, site, kernel, ctx, attrs, ins, outs, variadic, not view, small)
+        small = view or sum(m.numel for m in ctx.out_metas) < SMALL_NUMEL
+        # The user's line is looked up only if the instruction goes to a worker (VM.issue).
+        instr = OpCall(name, None, kernel, ctx, attrs, ins, outs, variadic, not view, small)
         stream = vm.streams.get(device_type) or vm.stream(device_type)
         vm.issue(instr, stream, reads=in_storages, writes=() if view else out_storages)
         return instr
@@ -44,9 +43,8 @@ class InstructionsBuilder:
         """Run fn() for effect, ordered after the writers (and, for writes, the readers) of
         the given storages: in-place writes, collectives, copies."""
         vm = self.vm
-        site = _user_site() if vm.mode is Mode.ASYNC else None
-        small = numel is not None and 2 * numel < SMALL_NUMEL  # e.g. an in-place copy
-        instr = Call(name, site, fn, ins=ins, outs=outs, kind=kind, small=small)
+        small = numel is not None and numel < SMALL_NUMEL  # e.g. an in-place copy
+        instr = Call(name, None, fn, ins=ins, outs=outs, kind=kind, small=small)
         vm.issue(instr, vm.stream(stream), reads=reads, writes=writes)
         return instr
 

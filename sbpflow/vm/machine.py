@@ -38,7 +38,7 @@ _INSIDE: dict = {}  # code object -> whether it belongs to the sbpflow package
 
 def _user_site():
     """(filename, lineno) of the innermost frame outside the sbpflow package."""
-    f = sys._getframe(2)
+    f = sys._getframe(1)
     inside = _INSIDE
     while f is not None:
         code = f.f_code
@@ -145,9 +145,14 @@ class VirtualMachine:
         if instr.small and stream.completed == seq - 1:
             # The stream is idle and the work is smaller than a hand-off to its worker costs
             # (two GIL switches): run it here, exactly where the worker would have, in order.
+            # An error then raises at once, with the user's line in its traceback.
             self._run(instr)
             stream.completed = seq
+            if self._errors:
+                self.raise_pending()
             return
+        if instr.site is None:
+            instr.site = _user_site()  # named in the error if the worker's kernel fails
         if seq - stream.completed > self.HIGH_WATER:
             stream.wait(seq - self.LOW_WATER)  # throttle: let the worker catch up
         stream.push(instr)

@@ -112,7 +112,7 @@ def _failing_opdef():
 
 
 def test_kernel_error_surfaces_at_next_sync_with_op_and_site(mode):
-    big = flow.ones(128, 128)  # large: runs on the worker
+    big = flow.ones(600, 600)  # large: runs on the worker
     bad = apply(_failing_opdef(), (big,), {})  # issued here: this line is named
     line = sys._getframe().f_lineno - 1
     downstream = bad * 2  # depends on the failed result
@@ -128,10 +128,20 @@ def test_kernel_error_surfaces_at_next_sync_with_op_and_site(mode):
 
 
 def test_pending_error_raised_by_synchronize(mode):
-    apply(_failing_opdef(), (flow.ones(200, 200),), {})
+    apply(_failing_opdef(), (flow.ones(600, 600),), {})
     with pytest.raises(ValueError, match="boom"):
         flow.synchronize()
     flow.synchronize()  # cleared
+
+
+def test_small_instruction_run_inline_raises_at_once(mode):
+    """A small op on an idle stream runs on the issuing thread: its error raises right there,
+    naming the op, with the user's line in the traceback."""
+    with pytest.raises(ValueError, match="test_failing: boom") as info:
+        apply(_failing_opdef(), (flow.ones(3),), {})
+    assert any(entry.name == "test_small_instruction_run_inline_raises_at_once"
+               for entry in info.traceback)
+    assert (flow.ones(2) + 1).tolist() == [2.0, 2.0]
 
 
 def test_sync_mode_raises_in_place(mode):
