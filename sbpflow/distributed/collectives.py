@@ -81,13 +81,20 @@ def _on_comm_stream(name: str, tensor: Tensor, fn) -> None:
         arr = blob.array
         np.copyto(arr, fn(arr))
 
-    _builder.collective(name, run, ins=(blob,), outs=(blob,), writes=(tensor._storage,))
+    instr = _builder.collective(name, run, ins=(blob,), outs=(blob,),
+                                writes=(tensor._storage,))
     tensor._storage.version += 1
+    # Wait for it: the array-level collectives of sbpflow.comm (and raw mpi4py) run on the
+    # calling thread, and MPI needs every rank to issue collectives in one order, so a
+    # user-facing collective must not still be pending on the comm stream when the next one
+    # starts.  (Overlap comes from DDP, which keeps all its collectives on the stream.)
+    instr.stream.wait(instr.seq)
+    _builder.vm.raise_pending()
 
 
 def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None) -> None:
     """Reduce `tensor` over all ranks, in place: afterwards every rank holds the result.
-    Asynchronous: it runs on the VM's comm stream; reading the tensor waits for it."""
+    It runs as a collective instruction on the VM's comm stream, after the tensor's writers."""
     _local("all_reduce", "tensor", tensor)
     comm = _group(group)
     _on_comm_stream("all_reduce", tensor, lambda a: comm.all_reduce(
