@@ -37,19 +37,10 @@ from .._core.errors import broadcast_shapes, normalize_dim, op_error
 from .._core.meta import TensorMeta
 from ..sbp import B, P, Signature, Split, elementwise_signatures
 from ._util import unbroadcast
-from .registry import Attr, OpDef, Sample, op
-from .registry import register as _register
-from .shape import no_bool_partial
+from .registry import Attr, OpDef, Sample, op, register
 
 FULL = ("slice", None, None, None)
 _INDEX_DTYPES = (dt.int64, dt.int32)
-
-
-def register(opdef: OpDef) -> OpDef:
-    """Register, dropping signatures with P on a bool input (bools do not add)."""
-    if opdef.sbp is not None:
-        opdef.sbp = no_bool_partial(opdef.sbp)
-    return _register(opdef)
 
 
 def _rand(rng, *shape):

@@ -15,9 +15,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core.dtype import DType, as_dtype
+from .._core.dtype import DType, as_dtype, bool_
 from .._core.errors import op_error
 from .._core.meta import TensorMeta
+from ..sbp import P
 
 _REQUIRED = object()
 
@@ -238,7 +239,9 @@ class OpDef:
     def signatures(self, in_metas, attrs):
         if self.sbp is None:
             return []
-        return self.sbp(*in_metas, **attrs)
+        # P on a bool input is never a real state: bools do not add.
+        return [sig for sig in self.sbp(*in_metas, **attrs)
+                if not any(x == P and m.dtype is bool_ for x, m in zip(sig.inputs, in_metas))]
 
     def __repr__(self):
         return f"OpDef({self.name!r}, inputs={self.inputs}, attrs={list(self.attrs)})"

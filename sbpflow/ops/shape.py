@@ -8,25 +8,7 @@ from .._core import dtype as dt
 from .._core.errors import normalize_dim, op_error
 from .._core.meta import TensorMeta
 from ..sbp import B, P, Signature, Split
-from .registry import Attr, OpDef, Sample, op
-from .registry import register as _register
-
-
-def no_bool_partial(sbp):
-    """Wrap an sbp function to drop signatures with P on a bool input: bools do not add."""
-
-    def signatures(*metas, **attrs):
-        return [s for s in sbp(*metas, **attrs)
-                if not any(x == P and m.dtype is dt.bool_
-                           for x, m in zip(s.inputs, metas, strict=True))]
-
-    return signatures
-
-
-def register(opdef: OpDef) -> OpDef:
-    if opdef.sbp is not None:
-        opdef.sbp = no_bool_partial(opdef.sbp)
-    return _register(opdef)
+from .registry import Attr, OpDef, Sample, op, register
 
 
 def _rand(rng, *shape):
