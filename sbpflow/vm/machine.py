@@ -1,8 +1,10 @@
 """The virtual machine: issues instructions to streams and surfaces their errors.
 
 The Python thread calls the builder, which records each instruction's dependences from the
-storages it reads and writes and pushes it to its stream; it never runs kernels itself (except
-in SYNC mode, where every instruction runs inline, for debugging; results are bitwise equal).
+storages it reads and writes and pushes it to its stream's worker.  Two exceptions run an
+instruction inline instead: a small one whose stream is idle (a thread hand-off would cost
+more than the kernel; it runs exactly where the worker would, in order), and every
+instruction in SYNC mode, for debugging.  Results are bitwise equal in all cases.
 A kernel that raises poisons its outputs; the error, naming the op and the user's line that
 issued it, is raised at the next sync point, and the VM stays usable.
 """
