@@ -5,6 +5,10 @@ Run: python -m sbpflow.examples.gpt [--steps N]
 Each example is `d1 d2 ... dL | s1 s2 ... sL`: L random digits, a separator, then the same
 digits sorted.  The model is trained with next-token prediction on the sorted half only, then
 generates answers greedily for held-out sequences; we report the fraction sorted exactly.
+
+Data-parallel: `python -m sbpflow.distributed.launch --nproc-per-node 2 -m
+sbpflow.examples.gpt` runs one replica per rank under DistributedDataParallel; each rank draws
+its own `--batch-size` examples per step (its own random stream).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 import sbpflow as flow
 import sbpflow.nn as nn
 import sbpflow.nn.functional as F
+from sbpflow.nn.parallel import DistributedDataParallel
 
 SEP = 10
 VOCAB = 11
@@ -80,26 +85,30 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
+    rank, world = flow.env.get_rank(), flow.env.get_world_size()
     flow.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng([args.seed, rank])  # each rank its own examples
     model = TinyGPT(block=2 * args.length + 1)
+    train_model = DistributedDataParallel(model) if world > 1 else model
     opt = flow.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     sched = flow.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     t0 = time.time()
     for step in range(1, args.steps + 1):
         x, y = make_batch(rng, args.batch_size, args.length)
-        logits = model(flow.tensor(x))
+        logits = train_model(flow.tensor(x))
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), flow.tensor(y).reshape(-1))
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % 100 == 0 or step == 1:
+        if (step % 100 == 0 or step == 1) and rank == 0:
             print(f"step {step:4d}  loss {loss.item():.4f}  ({time.time() - t0:.1f} s)")
     acc = sort_accuracy(model, np.random.default_rng(args.seed + 1), args.length)
-    print(f"sorted exactly: {acc:.3f} of 256 held-out sequences "
-          f"({time.time() - t0:.1f} s, {args.steps} steps)")
+    if rank == 0:
+        print(f"sorted exactly: {acc:.3f} of 256 held-out sequences "
+              f"({time.time() - t0:.1f} s, {args.steps} steps, {world} "
+              f"rank{'s' if world > 1 else ''})")
     return acc
 
 
