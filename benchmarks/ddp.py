@@ -1,6 +1,6 @@
 """Data-parallel training step of the gpt example: sbpflow DDP against torch DDP (gloo).
 
-Run: python benchmarks/ddp.py [--steps 30] [--threads 1]
+Run: python benchmarks/ddp.py [--rounds 6] [--steps 5] [--threads 1]
 (it starts itself under this environment's mpiexec with 2 processes; under an existing
 `mpiexec -n 2` it runs as it is).
 
@@ -18,8 +18,10 @@ sbpflow rows:
   backward) and divided by the world size.
 torch rows: plain module on 1 rank; torch DDP (default 25 MB buckets) over gloo on 2 ranks.
 
-Timing: warm-up steps, then each step is timed separately (sbpflow synchronized before the
-clock is read), the per-step time is the slowest rank's, and the row shows the median.
+Timing: every model is built and warmed up, then the rows are timed in interleaved rounds
+(load drift on the machine hits all rows alike); each step is timed separately (sbpflow
+synchronized before the clock is read), a step's time is the slowest rank's, and the row shows
+the median over all rounds' steps.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from _common import after_import_pin, pin_threads  # noqa: E402
 parser = argparse.ArgumentParser()
 parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--steps", type=int, default=30, help="timed steps per row")
+parser.add_argument("--steps", type=int, default=5, help="timed steps per row and round")
+parser.add_argument("--rounds", type=int, default=6)
 parser.add_argument("--warmup", type=int, default=5)
 parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole run")
 args = parser.parse_args()
@@ -80,13 +83,10 @@ def sleeping_barrier() -> None:
         time.sleep(0.002)
 
 
-def step_times(step, sync) -> list[float]:
-    """Seconds per step (warm-up first), each the slowest participating rank's."""
-    for _ in range(args.warmup):
-        step()
-    sync()
+def step_times(step, sync, n: int) -> list[float]:
+    """Seconds of each of n steps, sync()ed before the clock is read."""
     out = []
-    for _ in range(args.steps):
+    for _ in range(n):
         t0 = time.perf_counter()
         step()
         sync()
@@ -94,16 +94,13 @@ def step_times(step, sync) -> list[float]:
     return out
 
 
-def run_rows(make_step, sync, ranks: int) -> float | None:
-    """Median step time (s) of make_step() over `ranks` ranks; rank 0 gets it, others None."""
+def timed(step, sync, ranks: int, n: int) -> np.ndarray:
+    """n per-step times on `ranks` ranks (the others sleep), each the slowest rank's."""
     sleeping_barrier()
-    if rank < ranks:
-        times = np.array(step_times(make_step(), sync))
-    else:
-        times = np.zeros(args.steps)
+    times = np.array(step_times(step, sync, n)) if rank < ranks else np.zeros(n)
     sleeping_barrier()
-    raw.Allreduce(MPI.IN_PLACE, times, MPI.MAX)  # slowest rank, step by step
-    return float(statistics.median(times)) if rank == 0 else None
+    raw.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
+    return times
 
 
 # ---- data: every rank its own batch ------------------------------------------------------
@@ -202,20 +199,27 @@ def main():
     def nothing():
         return None
 
-    rows = [
-        ("sbpflow, 1 rank (no DDP)", 1, run_rows(flow_step(), flow.synchronize, 1)),
-        ("sbpflow DDP, 2 ranks, bucket_cap_mb=25", 2,
-         run_rows(flow_step(lambda m: FlowDDP(m)), flow.synchronize, size)),
-        ("sbpflow DDP, 2 ranks, bucket_cap_mb=0.05 (overlap)", 2,
-         run_rows(flow_step(lambda m: FlowDDP(m, bucket_cap_mb=0.05)), flow.synchronize,
-                  size)),
-        ("sbpflow, 2 ranks, no overlap (no_sync + all_reduce per grad)", 2,
-         run_rows(flow_step(lambda m: FlowDDP(m), reduce_after=True), flow.synchronize,
-                  size)),
-        ("torch, 1 rank (no DDP)", 1, run_rows(torch_step(False), nothing, 1)),
-        ("torch DDP (gloo), 2 ranks, bucket 25 MB", 2,
-         run_rows(torch_step(True), nothing, size)),
+    plan = [
+        ("sbpflow, 1 rank (no DDP)", 1, flow_step(), flow.synchronize),
+        ("sbpflow DDP, 2 ranks, bucket_cap_mb=25", size,
+         flow_step(lambda m: FlowDDP(m)), flow.synchronize),
+        ("sbpflow DDP, 2 ranks, bucket_cap_mb=0.05 (overlap)", size,
+         flow_step(lambda m: FlowDDP(m, bucket_cap_mb=0.05)), flow.synchronize),
+        ("sbpflow, 2 ranks, no overlap (no_sync + all_reduce per grad)", size,
+         flow_step(lambda m: FlowDDP(m), reduce_after=True), flow.synchronize),
+        ("torch, 1 rank (no DDP)", 1, torch_step(False), nothing),
+        ("torch DDP (gloo), 2 ranks, bucket 25 MB", size, torch_step(True), nothing),
     ]
+    # Build every model first (DDP wrapping broadcasts on all ranks), warm each up, then time
+    # them in interleaved rounds so that load drift on the machine hits every row alike.
+    steps = [make() if rank < ranks else None for _, ranks, make, _ in plan]
+    for (_, ranks, _, sync), step in zip(plan, steps):
+        timed(step, sync, ranks, args.warmup)
+    times = [[] for _ in plan]
+    for _ in range(args.rounds):
+        for (_, ranks, _, sync), step, acc in zip(plan, steps, times):
+            acc.extend(timed(step, sync, ranks, args.steps))
+    rows = [(name, ranks, statistics.median(t)) for (name, ranks, _, _), t in zip(plan, times)]
     tdist.destroy_process_group()
     if rank != 0:
         return
@@ -223,8 +227,8 @@ def main():
     print(f"TinyGPT(block={BLOCK}), {n_params} parameters, batch {BATCH} per rank (weak "
           f"scaling), SGD momentum; {size} ranks on {os.cpu_count()} cores; {threads} "
           f"BLAS/OpenMP thread(s) per rank (OMP/OpenBLAS/MKL and SBPFLOW_BLAS_THREADS pinned, "
-          f"torch.set_num_threads({threads})); median of {args.steps} steps after "
-          f"{args.warmup} warm-up, slowest rank per step")
+          f"torch.set_num_threads({threads})); median of {args.rounds} interleaved "
+          f"rounds x {args.steps} steps after {args.warmup} warm-up, slowest rank per step")
     print("sbpflow DDP buckets: " + ", ".join(f"bucket_cap_mb={cap:.2g}: {n}"
                                               for cap, n in BUCKETS.items()))
     print()

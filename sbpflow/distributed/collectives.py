@@ -1,9 +1,11 @@
 """OneFlow's `flow.comm` collectives on local tensors.
 
-Each function reads the tensors' host arrays (`_host()` waits for pending work), runs the
-array collective of `sbpflow.comm` on them, and writes results back with the framework's own
-in-place assignment (`copy_` under `no_grad`), so version counters move as for any in-place
-op and the write is ordered after earlier reads of the tensor. Like torch.distributed's,
+`all_reduce` and `broadcast` run as collective instructions on the VM's comm stream, writing
+the tensor in place, and return once done.  The others first wait for the comm stream to
+drain (so every collective keeps one issue order), then read the tensors' host arrays
+(`_host()` waits for their writers), run the array collective of `sbpflow.comm`, and write
+results back with the framework's own in-place assignment (`copy_` under `no_grad`), so
+version counters move as for any in-place op. Like torch.distributed's,
 these collectives are not recorded by autograd.
 
 Every rank must call the same collectives in the same order with matching shapes; `group`
@@ -92,6 +94,16 @@ def _on_comm_stream(name: str, tensor: Tensor, fn) -> None:
     _builder.vm.raise_pending()
 
 
+def _after_comm_stream() -> None:
+    """The collectives that run on the calling thread start only once the comm stream has
+    drained, so every collective, DDP's queued buckets included, keeps one issue order."""
+    vm = _builder.vm
+    stream = vm.streams.get("comm")
+    if stream is not None:
+        stream.wait(stream.issued)
+        vm.raise_pending()
+
+
 def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None) -> None:
     """Reduce `tensor` over all ranks, in place: afterwards every rank holds the result.
     It runs as a collective instruction on the VM's comm stream, after the tensor's writers."""
@@ -103,6 +115,7 @@ def all_reduce(tensor: Tensor, op=ReduceOp.SUM, group=None) -> None:
 
 def all_gather(tensor_list: list, tensor: Tensor, group=None) -> None:
     """Fill `tensor_list[i]` with rank i's `tensor` (entries may differ in size per rank)."""
+    _after_comm_stream()
     comm = _group(group)
     _local("all_gather", "tensor", tensor)
     outs = _tensor_list("all_gather", "tensor_list", tensor_list, comm.size, None)
@@ -135,6 +148,7 @@ def broadcast(tensor: Tensor, src: int, group=None) -> None:
 
 def reduce(tensor: Tensor, dst: int, op=ReduceOp.SUM, group=None) -> None:
     """Reduce `tensor` over all ranks into rank `dst`'s `tensor`; others keep theirs."""
+    _after_comm_stream()
     comm = _group(group)
     _local("reduce", "tensor", tensor)
     buf = np.array(tensor._host(), order="C")
@@ -145,6 +159,7 @@ def reduce(tensor: Tensor, dst: int, op=ReduceOp.SUM, group=None) -> None:
 
 def gather(tensor: Tensor, gather_list: list | None = None, dst: int = 0, group=None) -> None:
     """On `dst`, fill `gather_list[i]` with rank i's `tensor` (all the same shape)."""
+    _after_comm_stream()
     comm = _group(group)
     _local("gather", "tensor", tensor)
     if comm.rank == dst:
@@ -159,6 +174,7 @@ def gather(tensor: Tensor, gather_list: list | None = None, dst: int = 0, group=
 
 def scatter(tensor: Tensor, scatter_list: list | None = None, src: int = 0, group=None) -> None:
     """Fill every rank's `tensor` with `scatter_list[rank]` from rank `src`."""
+    _after_comm_stream()
     comm = _group(group)
     _local("scatter", "tensor", tensor)
     send = None
@@ -174,6 +190,7 @@ def scatter(tensor: Tensor, scatter_list: list | None = None, src: int = 0, grou
 
 def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None) -> None:
     """`output` on rank i becomes the reduction over ranks of their `input_list[i]`."""
+    _after_comm_stream()
     comm = _group(group)
     _local("reduce_scatter", "output", output)
     ins = _tensor_list("reduce_scatter", "input_list", input_list, comm.size, None)
@@ -190,6 +207,7 @@ def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None
 
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None) -> None:
     """Rank i's `input_tensor_list[j]` lands in rank j's `output_tensor_list[i]`."""
+    _after_comm_stream()
     comm = _group(group)
     outs = _tensor_list("all_to_all", "output_tensor_list", output_tensor_list, comm.size, None)
     ins = _tensor_list("all_to_all", "input_tensor_list", input_tensor_list, comm.size, None)
@@ -204,6 +222,7 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None) ->
 
 def send(tensor: Tensor, dst: int, send_meta: bool = True, tag: int = 0, group=None) -> None:
     """Send `tensor` to rank `dst`; with `send_meta`, its shape and dtype go first."""
+    _after_comm_stream()
     comm = _group(group)
     _local("send", "tensor", tensor)
     if send_meta:
@@ -223,6 +242,7 @@ def recv(src: int, shape=None, dtype=None, device=None, *, out: Tensor | None = 
     As OneFlow's: give both `shape` and `dtype` when the sender used `send_meta=False`, and
     neither when it sent its meta (the default). `out`, when given, receives the data.
     """
+    _after_comm_stream()
     comm = _group(group)
     if (shape is None) != (dtype is None):
         raise ValueError("recv: give both shape and dtype (sender used send_meta=False) or "
@@ -249,6 +269,7 @@ def recv(src: int, shape=None, dtype=None, device=None, *, out: Tensor | None = 
 
 def barrier(group=None) -> None:
     """Wait until every rank has reached this barrier."""
+    _after_comm_stream()
     _group(group).barrier()
 
 

@@ -17,10 +17,9 @@ are launched strictly in bucket order (as torch's reducer does), so every rank i
 same collectives in the same order whatever order its graph produces gradients in.
 
 All of DDP's collectives (the wrap-time and per-forward broadcasts too) are instructions on
-the comm stream, never run on the calling thread, so their order is the issue order. Do not
-mix them with the calling-thread collectives of `flow.comm` (reduce, gather, scatter, ...)
-while a backward's buckets may still be pending: call `flow.comm.barrier()` or read a
-gradient first.
+the comm stream, never run on the calling thread, so their order is the issue order.  The
+calling-thread collectives of `flow.comm` wait for the comm stream to drain before they start,
+so mixing them with DDP keeps one order on every rank.
 """
 
 from __future__ import annotations
