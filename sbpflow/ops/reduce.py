@@ -1245,10 +1245,11 @@ def _scatter_values_grad(ctx, g, _indices_grad=None):
     return (op("scatter_add", zeros, ctx.output(1), g, dim=d),)
 
 
-def _sort_sbp(x, dim=-1, descending=False, stable=False):
+def _along_dim_sbp(x, dim=-1, **_):
+    """sort and topk: (values, indices) computed independently per row along `dim`."""
     d = normalize_dim("sort", dim, x.ndim) if x.ndim else 0
     return [Signature((B,), (B, B))] + [
-        Signature((Split(i),), (Split(i), Split(i)))  # (S(i)) -> S(i): rows sort independently
+        Signature((Split(i),), (Split(i), Split(i)))  # (S(i)) -> S(i): rows are independent
         for i in range(x.ndim) if i != d and x.shape[i] > 1
     ]
 
@@ -1272,7 +1273,7 @@ register(OpDef(
     infer_meta=_sort_meta,
     kernel=_sort_kernel,
     grad=_scatter_values_grad,
-    sbp=_sort_sbp,
+    sbp=_along_dim_sbp,
     reference=lambda torch, x, **kw: tuple(torch.sort(x, **{**kw, "stable": True})),
     samples=_sort_samples,
 ))
@@ -1299,14 +1300,6 @@ def _topk_kernel(ctx, x, k, dim=-1, largest=True, sorted=True):
             ctx.prims.cast(ctx.prims.slice(idx, key), dt.int64))
 
 
-def _topk_sbp(x, k, dim=-1, largest=True, sorted=True):
-    d = normalize_dim("topk", dim, x.ndim) if x.ndim else 0
-    return [Signature((B,), (B, B))] + [
-        Signature((Split(i),), (Split(i), Split(i)))  # (S(i)) -> S(i): rows pick independently
-        for i in range(x.ndim) if i != d and x.shape[i] > 1
-    ]
-
-
 register(OpDef(
     "topk",
     inputs=("input",),
@@ -1316,7 +1309,7 @@ register(OpDef(
     infer_meta=_topk_meta,
     kernel=_topk_kernel,
     grad=_scatter_values_grad,
-    sbp=_topk_sbp,
+    sbp=_along_dim_sbp,
     reference="topk",
     samples=lambda rng: [
         Sample(rng.permutation(12).reshape(3, 4).astype(np.float64), k=2),
