@@ -16,6 +16,7 @@ from ._core.dtype import promote_types
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .device import Device as device  # noqa: N813
 from .framework import interpreter as _interpreter  # noqa: F401  (installs the dispatcher)
+from .framework import global_tensor as _global_tensor  # noqa: F401  (the global interpreter)
 from .framework.functional import *  # noqa: F403
 from .framework.generator import Generator, default_generator, initial_seed, manual_seed, seed
 from .framework.tensor import Size, Tensor
@@ -23,6 +24,9 @@ from . import vm
 from .vm import synchronize
 from .framework.tensor_str import get_printoptions, printoptions, set_printoptions
 from . import autograd  # noqa: E402
+from . import sbp  # noqa: E402  (flow.sbp.split(i), broadcast, partial_sum)
+from .sbp import boxing  # noqa: E402  (flow.boxing.explain)
+from .sbp.placement import Placement as placement  # noqa: E402, N813 - OneFlow's name
 
 float = float32  # noqa: A001
 double = float64

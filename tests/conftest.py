@@ -6,6 +6,20 @@ import tempfile
 import pytest
 
 
+# Under `mpiexec -n N python -m pytest ...`, a test failing on one rank would leave the others
+# blocked in their next collective: end the whole job at once, naming the rank and the test.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        from sbpflow.comm import abort_job, env
+
+        if env.is_multi_process():
+            abort_job(f"test {item.nodeid} failed ({report.when}); ending the job\n"
+                      f"{report.longreprtext}")
+
+
 def pytest_configure(config):
     # The SBP validator's report of plausible-but-undeclared signatures is written by whichever
     # process runs the test (xdist workers too) and printed once by the controller.

@@ -26,7 +26,7 @@ def _root_grads(roots, grads, create_graph):
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             g = op("full", shape=tuple(t.shape), fill_value=1.0, dtype=t.dtype,
-                   _device=t.device)
+                   _device=t._where())
         elif tuple(g.shape) != tuple(t.shape):
             raise RuntimeError(
                 f"Mismatch in shape: grad_output[0] has a shape of {list(g.shape)} and "

@@ -200,6 +200,10 @@ def _accumulate(leaf, g, create_graph):
     """Add g (already through the leaf's hooks) into leaf.grad."""
     if g is None:
         return
+    if leaf.is_global and (g.placement != leaf.placement or g.sbp != leaf.sbp):
+        # As OneFlow: a global leaf's gradient takes the leaf's placement and SBP, so a B
+        # parameter gets a B gradient (its partial sums all-reduced) that optimizers can use.
+        g = g.to_global(leaf.placement, leaf.sbp)
     if leaf.grad is None:
         leaf.grad = g if create_graph else g.detach().clone()
     elif create_graph:

@@ -66,6 +66,8 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
     for t in tensors:
         if not isinstance(t, Tensor):
             _check_tensors(opdef, tensors)
+        if t._gl is not None:
+            return _apply_global(opdef, tensors, attrs, device, generator)
         d = t._device
         if dev is None:
             dev = d
@@ -76,7 +78,12 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
                 f"devices, {dev} and {d}!",
             )
     if dev is None:
-        dev = _CPU if device is None else Device(device)
+        if device is None:
+            dev = _CPU
+        elif type(device) is not Device and hasattr(device, "placement"):
+            return _apply_global(opdef, tensors, attrs, device, generator)
+        else:
+            dev = Device(device)
     in_metas = tuple([t._meta for t in tensors])
     out_metas = opdef.meta(in_metas, attrs)
     ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
@@ -108,18 +115,23 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev):
+def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev, saved=None):
+    """Record the autograd node of one op call.  `saved`: the tensors the grad rule sees
+    (for a global op, the inputs after boxing); `dev`: where zero gradients are made."""
     next_functions = [_edge(t) if t.requires_grad else None for t in tensors]
 
     def make_output(ref, meta, node, i, _dev=dev):
-        blob, storage, strides, offset = ref
+        blob, storage, strides, offset, gl = ref
+        if gl is not None:
+            _dev = _CPU if gl.placement.type == "cpu" else Device(gl.placement.type)
         t = Tensor._make(blob, meta, _dev, storage, strides, offset)
+        t._gl = gl
         if meta.dtype.is_floating_point:
             t._set_grad_fn(node, i)
         return t
 
-    node = OpNode(opdef, attrs, tensors, outs, in_metas, out_metas, next_functions, make_output,
-                  dev)
+    node = OpNode(opdef, attrs, tensors if saved is None else saved, outs, in_metas, out_metas,
+                  next_functions, make_output, dev)
     for i, o in enumerate(outs):
         if o._meta.dtype.is_floating_point:
             o._set_grad_fn(node, i)
@@ -289,8 +301,24 @@ def _check_no_overlap(op: str, t: Tensor) -> None:
             )
 
 
+def _match_global(op: str, t: Tensor, value: Tensor) -> Tensor:
+    """An in-place write into a global tensor keeps its placement and SBP: the value is boxed
+    to them first (a P result written into a B parameter is all-reduced)."""
+    if t._gl is None and value._gl is None:
+        return value
+    if t._gl is None or value._gl is None:
+        which = "global" if t._gl is not None else "local"
+        raise op_error(op, f"cannot write a {'local' if which == 'global' else 'global'} "
+                           f"value into a {which} tensor; convert it with .to_global() or "
+                           ".to_local() first")
+    if value._gl.placement == t._gl.placement and value._gl.sbp == t._gl.sbp:
+        return value
+    return value.to_global(t._gl.placement, t._gl.sbp)
+
+
 def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
     """Write `value` (same shape and dtype as t) into t's memory, with autograd."""
+    value = _match_global(op, t, value)
     if value._meta != t._meta:
         raise op_error(op, f"internal: value meta {value._meta} != target meta {t._meta}")
     check_inplace(op, t)
@@ -360,7 +388,7 @@ def inplace(name: str, target: Tensor, fn, args=(), kwargs=None) -> Tensor:
         # Nothing to rewire: write the values, bump the version.
         check_inplace(name, target)
         _check_no_overlap(name, target)
-        write_values(target, out, name)
+        write_values(target, _match_global(name, target, out), name)
         return target
     assign(target, out, name)
     _save_target_instead(out, target)
@@ -384,6 +412,19 @@ def _torch_type(d) -> str:
     return {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
             "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
             "bool": "Bool"}[d.name]
+
+
+def _no_global(opdef, tensors, attrs, device, generator):
+    raise RuntimeError("global tensors need sbpflow.framework.global_tensor")
+
+
+_apply_global = _no_global
+
+
+def set_global_apply(fn) -> None:
+    """Installed by global_tensor.py: the eager global interpreter."""
+    global _apply_global
+    _apply_global = fn
 
 
 _builder = InstructionsBuilder()

@@ -47,7 +47,7 @@ class Tensor:
         "_blob", "_storage", "_meta", "_strides", "_offset", "_device", "_requires_grad", "grad",
         "_grad_fn",
         "_output_nr", "_base", "_view_chain", "_grad_fn_version", "_leaf_hooks", "_grad_acc",
-        "_retains_grad", "__weakref__", "__dict__",
+        "_retains_grad", "_gl", "__weakref__", "__dict__",
     )
 
     # -- construction ---------------------------------------------------------------------
@@ -62,6 +62,7 @@ class Tensor:
         """Make `self` another tensor object over src's memory (no autograd history)."""
         Tensor._init_from(self, src._blob, src._storage, src._meta, src._device, src._strides,
                           src._offset)
+        self._gl = src._gl
 
     @staticmethod
     def _init_from(self, blob, storage, meta, device, strides=None, offset=0):
@@ -81,6 +82,7 @@ class Tensor:
         self._leaf_hooks = None
         self._grad_acc = None
         self._retains_grad = False
+        self._gl = None  # GlobalInfo of a global tensor (see global_tensor.py)
 
     @classmethod
     def _make(cls, blob, meta: TensorMeta, device: Device, storage: Storage | None = None,
@@ -99,7 +101,7 @@ class Tensor:
         return t
 
     def _data_ref(self):
-        return self._blob, self._storage, self._strides, self._offset
+        return self._blob, self._storage, self._strides, self._offset, self._gl
 
     @property
     def _data(self):
@@ -147,7 +149,7 @@ class Tensor:
         # ops' strides are derived when they are issued (interpreter._view_layout).
         # NumPy reports arbitrary strides for size-1 and size-0 axes; torch's are canonical.
         st = _canonical_strides(self._meta.shape, self._strides)
-        if self._meta.numel == 0:
+        if self._meta.numel == 0 or self._gl is not None:
             # NumPy reports all-zero strides for empty arrays; torch's are contiguous ones.
             st = _contiguous_strides(self._meta.shape)
         return st if dim is None else st[dim]
@@ -173,9 +175,48 @@ class Tensor:
     def is_cuda(self) -> bool:
         return self._device.type == "cuda"
 
+    # -- global tensors (OneFlow's API; see global_tensor.py) -----------------------------
     @property
     def is_global(self) -> bool:
-        return False
+        return self._gl is not None
+
+    @property
+    def is_local(self) -> bool:
+        return self._gl is None
+
+    @property
+    def placement(self):
+        if self._gl is None:
+            raise RuntimeError("placement: only global tensors have a placement; this tensor "
+                               "is local (use .device)")
+        return self._gl.placement
+
+    @property
+    def sbp(self) -> tuple:
+        if self._gl is None:
+            raise RuntimeError("sbp: only global tensors have an sbp; this tensor is local")
+        return self._gl.sbp
+
+    def _where(self):
+        """Where an op without tensor inputs (zeros for a gradient) puts a tensor made for
+        this one: its device, or for a global tensor its placement, broadcast."""
+        if self._gl is None:
+            return self._device
+        from .global_tensor import GlobalDevice
+
+        return GlobalDevice(self._gl.placement)
+
+    def to_global(self, placement=None, sbp=None, *, grad_sbp=None, check_meta=True,
+                  copy=False) -> Tensor:
+        from .global_tensor import to_global
+
+        return to_global(self, placement, sbp, grad_sbp=grad_sbp, check_meta=check_meta,
+                         copy=copy)
+
+    def to_local(self, *, copy: bool = False) -> Tensor:
+        from .global_tensor import to_local
+
+        return to_local(self, copy=copy)
 
     def _type_name(self) -> str:
         return {
@@ -251,7 +292,7 @@ class Tensor:
 
     def detach(self) -> Tensor:
         t = object.__new__(Tensor)
-        Tensor._alias(t, self)
+        Tensor._alias(t, self)  # a global tensor stays global
         return t
 
     def detach_(self) -> Tensor:
@@ -316,7 +357,12 @@ class Tensor:
         return self._host()
 
     def _host(self) -> np.ndarray:
-        """The values as a NumPy array (a sync point: waits for this tensor's writers)."""
+        """The values as a NumPy array (a sync point: waits for this tensor's writers).
+        For a global tensor, the logical value on every rank (a collective)."""
+        if self._gl is not None:
+            from .global_tensor import logical_host
+
+            return logical_host(self)
         return self._device.prims.to_host(self._data)
 
     def item(self):

@@ -219,7 +219,11 @@ def tensor_repr(t) -> str:
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
-    if t.device.type != "cpu":
+    if t.is_global:
+        # OneFlow prints a global tensor's logical value, then where it lives.
+        suffixes.append(f"placement={t.placement}")
+        suffixes.append(f"sbp={_sbp_str(t.sbp)}")
+    elif t.device.type != "cpu":
         suffixes.append(f"device='{t.device}'")
     # The dtypes torch.tensor infers from data are left implicit; an empty tensor has no data
     # to infer from, so only the default float dtype is.
@@ -241,6 +245,10 @@ def tensor_repr(t) -> str:
     elif t.requires_grad:
         suffixes.append("requires_grad=True")
     return _join_suffixes(prefix + body, suffixes, indent)
+
+
+def _sbp_str(sbp) -> str:
+    return "(" + ", ".join(map(repr, sbp)) + ("," if len(sbp) == 1 else "") + ")"
 
 
 __all__ = ["get_printoptions", "printoptions", "set_printoptions", "tensor_repr"]

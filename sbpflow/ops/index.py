@@ -49,7 +49,7 @@ def _rand(rng, *shape):
 
 def _zeros(shape, like):
     """Zeros of `shape` with like's dtype, on like's device (for grad rules)."""
-    return op("full", shape=tuple(shape), fill_value=0, dtype=like.dtype, _device=like.device)
+    return op("full", shape=tuple(shape), fill_value=0, dtype=like.dtype, _device=like._where())
 
 
 def _index_dtype_error():

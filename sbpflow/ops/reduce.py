@@ -160,7 +160,7 @@ def _reverse_cumsum(t, d: int):
 
 def _iota(n: int, like):
     """0, 1, ..., n-1 as int64 on `like`'s device."""
-    ones = op("full", shape=(n,), fill_value=1, dtype=dt.int64, _device=like.device)
+    ones = op("full", shape=(n,), fill_value=1, dtype=dt.int64, _device=like._where())
     return op("add_scalar", op("cumsum", ones, dim=0), other=-1)
 
 
@@ -808,7 +808,7 @@ def _norm_grad(ctx, g):
     ord_, keepdim = float(ctx.attrs["ord"]), ctx.attrs["keepdim"]
     dims = _reduce_dims("norm", ctx.attrs["dim"], xm.ndim)
     if ord_ == 0:
-        return (op("full", shape=xm.shape, fill_value=0.0, dtype=xm.dtype, _device=g.device),)
+        return (op("full", shape=xm.shape, fill_value=0.0, dtype=xm.dtype, _device=g._where()),)
     x = _cast(ctx.input(0), out_dtype)
     g = _unsqueeze_reduced(g, xm.shape, dims, keepdim)
     if ord_ == 1:
@@ -1241,7 +1241,7 @@ def _scatter_values_grad(ctx, g, _indices_grad=None):
     if x.ndim == 0:
         return (g,)
     d = normalize_dim("sort", ctx.attrs["dim"], x.ndim)
-    zeros = op("full", shape=x.shape, fill_value=0, dtype=g.dtype, _device=g.device)
+    zeros = op("full", shape=x.shape, fill_value=0, dtype=g.dtype, _device=g._where())
     return (op("scatter_add", zeros, ctx.output(1), g, dim=d),)
 
 

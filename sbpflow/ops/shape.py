@@ -782,7 +782,7 @@ def _cat_grad(ctx, g):
 
 
 def _zeros_like_meta(m, like):
-    return op("full", shape=m.shape, fill_value=0, dtype=m.dtype, _device=like.device)
+    return op("full", shape=m.shape, fill_value=0, dtype=m.dtype, _device=like._where())
 
 
 def _cat_sbp(*metas, dim=0):

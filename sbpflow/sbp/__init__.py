@@ -1,5 +1,21 @@
-"""SBP values and signature builders (placement and boxing arrive with global tensors)."""
+"""SBP values, placements, piece layout, signature inference and boxing plans.
 
+`flow.sbp.split(i)`, `flow.sbp.broadcast`, `flow.sbp.partial_sum`; `flow.placement(type,
+ranks)`. This layer computes on metadata and NumPy pieces only; the framework above runs its
+plans as VM instructions.
+"""
+
+from .layout import (
+    NdSbp,
+    balanced_bounds,
+    check_split_axes,
+    dual,
+    fmt_sbp,
+    local_shape,
+    normalize_sbp,
+    piece,
+)
+from .placement import Placement, placement
 from .sbp import (
     B,
     Broadcast,
@@ -16,6 +32,8 @@ from .sbp import (
 from .signature import einsum_signatures, elementwise_signatures
 
 __all__ = [
-    "B", "P", "S", "Broadcast", "PartialSum", "Sbp", "Signature", "Split", "broadcast",
-    "einsum_signatures", "elementwise_signatures", "partial_sum", "split",
+    "B", "Broadcast", "NdSbp", "P", "PartialSum", "Placement", "S", "Sbp", "Signature",
+    "Split", "balanced_bounds", "broadcast", "check_split_axes", "dual", "einsum_signatures",
+    "elementwise_signatures", "fmt_sbp", "local_shape", "normalize_sbp", "partial_sum", "piece",
+    "placement", "split",
 ]

@@ -47,6 +47,11 @@ def as_tensor_arg(op: str, arg: str, x, like: Tensor | None = None) -> Tensor:
     if is_scalar(x):
         from .creation import scalar_tensor
 
+        if like is not None and like._gl is not None:
+            # A number next to a global tensor is the same on every rank: broadcast.
+            from ..global_tensor import GlobalDevice
+
+            return scalar_tensor(x, device=GlobalDevice(like._gl.placement))
         return scalar_tensor(x, device=None if like is None else like.device)
     raise TypeError(f"{op}(): argument '{arg}' must be Tensor, not {type(x).__name__}")
 

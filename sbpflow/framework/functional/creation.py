@@ -7,8 +7,10 @@ import numpy as np
 from ..._core import dtype as dt
 from ...device import Device
 from ...ops import registry
+from ...sbp import Placement, normalize_sbp
 from .. import interpreter
 from ..generator import get_rng_state, set_rng_state  # re-exported as sbpflow.*
+from ..global_tensor import GlobalDevice, from_logical
 from ..tensor import Tensor
 from ._base import call, shape_args
 
@@ -45,7 +47,11 @@ def _from_nested_tensors(data):
     return data
 
 
-def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False, *,
+           placement=None, sbp=None) -> Tensor:
+    """torch.tensor; with placement= and sbp= a global tensor whose logical value is `data`
+    (every rank passes the same data and keeps its own piece)."""
+    device = _where("tensor", device, placement, sbp)
     if isinstance(data, Tensor):
         host = data._host()
         dtype = data.dtype if dtype is None else dt.as_dtype(dtype)
@@ -59,6 +65,11 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
         host = np.asarray(data)
         if host.dtype == object:
             raise TypeError(f"tensor(): could not convert {type(data).__name__} to a tensor")
+    if isinstance(device, GlobalDevice):
+        t = from_logical(np.asarray(host), dtype, device)
+        if requires_grad:
+            t.requires_grad = True
+        return t
     dev = _CPU if device is None else Device(device)
     t = Tensor._make(dev.prims.from_host(host, dtype), _meta(host.shape, dtype), dev)
     if requires_grad:
@@ -120,32 +131,38 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     return t
 
 
-def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def full(size, fill_value, *, dtype=None, device=None,
+         placement=None, sbp=None, requires_grad=False) -> Tensor:
     if dtype is None:
         dtype = dt.scalar_dtype(fill_value)
-    t = _apply_creation("full", device, shape=shape_args("full", (size,)),
+    where = _where("full", device, placement, sbp)
+    t = _apply_creation("full", where, shape=shape_args("full", (size,)),
                         fill_value=fill_value, dtype=dt.as_dtype(dtype))
     return _finish(t, requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*size, dtype=None, device=None,
+          placement=None, sbp=None, requires_grad=False) -> Tensor:
     return full(shape_args("zeros", size), 0, dtype=_factory_dtype(dtype), device=device,
-                requires_grad=requires_grad)
+                placement=placement, sbp=sbp, requires_grad=requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*size, dtype=None, device=None,
+         placement=None, sbp=None, requires_grad=False) -> Tensor:
     return full(shape_args("ones", size), 1, dtype=_factory_dtype(dtype), device=device,
-                requires_grad=requires_grad)
+                placement=placement, sbp=sbp, requires_grad=requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+def empty(*size, dtype=None, device=None,
+          placement=None, sbp=None, requires_grad=False) -> Tensor:
+    return zeros(*size, dtype=dtype, device=device, placement=placement, sbp=sbp,
+                 requires_grad=requires_grad)
 
 
 def _like(fn):
     def like(input, *args, dtype=None, device=None, requires_grad=False, **kw):
         return fn(tuple(input.shape), *args, dtype=input.dtype if dtype is None else dtype,
-                  device=input.device if device is None else device,
+                  device=_where_of(input) if device is None else device,
                   requires_grad=requires_grad, **kw)
 
     like.__name__ = fn.__name__ + "_like"
@@ -156,6 +173,28 @@ zeros_like = _like(zeros)
 ones_like = _like(ones)
 empty_like = _like(empty)
 full_like = _like(full)
+
+
+def _where(op: str, device, placement, sbp):
+    """The device, or for placement= and sbp= (OneFlow's factories) a GlobalDevice."""
+    if placement is None:
+        if sbp is not None:
+            raise TypeError(f"{op}(): sbp= needs a placement= as well")
+        return device
+    if device is not None:
+        raise TypeError(f"{op}(): give either device= (a local tensor) or placement= and sbp= "
+                        "(a global tensor), not both")
+    if sbp is None:
+        raise TypeError(f"{op}(): placement= needs an sbp= as well (e.g. sbpflow.sbp.broadcast)")
+    if not isinstance(placement, Placement):
+        raise TypeError(f"{op}(): argument 'placement' must be sbpflow.placement, got "
+                        f"{type(placement).__name__}")
+    return GlobalDevice(placement, normalize_sbp(sbp, placement, op))
+
+
+def _where_of(t: Tensor):
+    """Where a tensor made "like" t goes: t's device, or t's placement and SBP."""
+    return t.device if t._gl is None else GlobalDevice(t._gl.placement, t._gl.sbp)
 
 
 def _apply_creation(name, device, generator=None, **attrs):
@@ -187,7 +226,8 @@ def _size(op: str, args, size):
 
 
 # -- ranges -----------------------------------------------------------------------------------
-def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def arange(start=0, end=None, step=1, *, dtype=None, device=None,
+           placement=None, sbp=None, requires_grad=False) -> Tensor:
     """arange(end), arange(start, end), arange(start, end, step): torch's values and length;
     the dtype is int64 unless a bound or the step is a float (then the default dtype)."""
     if end is None:
@@ -198,28 +238,35 @@ def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=
     if dtype is None:
         floats = any(isinstance(v, float) for v in (start, end, step))
         dtype = dt.get_default_dtype() if floats else dt.int64
-    t = _apply_creation("arange", device, start=start, end=end, step=step,
+    where = _where("arange", device, placement, sbp)
+    t = _apply_creation("arange", where, start=start, end=end, step=step,
                         dtype=dt.as_dtype(dtype))
     return _finish(t, requires_grad)
 
 
-def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    t = _apply_creation("linspace", device, start=_number("linspace", "start", start),
+def linspace(start, end, steps, *, dtype=None, device=None,
+             placement=None, sbp=None, requires_grad=False) -> Tensor:
+    where = _where("linspace", device, placement, sbp)
+    t = _apply_creation("linspace", where, start=_number("linspace", "start", start),
                         end=_number("linspace", "end", end), steps=steps,
                         dtype=_factory_dtype(dtype))
     return _finish(t, requires_grad)
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, device=None,
+             placement=None, sbp=None,
              requires_grad=False) -> Tensor:
-    t = _apply_creation("logspace", device, start=_number("logspace", "start", start),
+    where = _where("logspace", device, placement, sbp)
+    t = _apply_creation("logspace", where, start=_number("logspace", "start", start),
                         end=_number("logspace", "end", end), steps=steps, base=base,
                         dtype=_factory_dtype(dtype))
     return _finish(t, requires_grad)
 
 
-def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    t = _apply_creation("eye", device, n=n, m=m, dtype=_factory_dtype(dtype))
+def eye(n, m=None, *, dtype=None, device=None,
+        placement=None, sbp=None, requires_grad=False) -> Tensor:
+    where = _where("eye", device, placement, sbp)
+    t = _apply_creation("eye", where, n=n, m=m, dtype=_factory_dtype(dtype))
     return _finish(t, requires_grad)
 
 
@@ -230,16 +277,20 @@ def _size_kw(op: str, size, kw):
     return _size(op, size, kw.get("size"))
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **kw) -> Tensor:
+def rand(*size, generator=None, dtype=None, device=None,
+         placement=None, sbp=None, requires_grad=False, **kw) -> Tensor:
     """Uniform on [0, 1): rand(2, 3), rand((2, 3)) or rand(size=(2, 3))."""
-    t = _apply_creation("uniform", device, generator, shape=_size_kw("rand", size, kw),
+    where = _where("rand", device, placement, sbp)
+    t = _apply_creation("uniform", where, generator, shape=_size_kw("rand", size, kw),
                         low=0.0, high=1.0, dtype=_factory_dtype(dtype))
     return _finish(t, requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **kw) -> Tensor:
+def randn(*size, generator=None, dtype=None, device=None,
+          placement=None, sbp=None, requires_grad=False, **kw) -> Tensor:
     """Standard normal: randn(2, 3), randn((2, 3)) or randn(size=(2, 3))."""
-    t = _apply_creation("normal", device, generator, shape=_size_kw("randn", size, kw),
+    where = _where("randn", device, placement, sbp)
+    t = _apply_creation("normal", where, generator, shape=_size_kw("randn", size, kw),
                         mean=0.0, std=1.0, dtype=_factory_dtype(dtype))
     return _finish(t, requires_grad)
 
@@ -253,6 +304,7 @@ def _int_arg(x):
 
 
 def randint(*args, size=None, low=None, high=None, generator=None, dtype=None, device=None,
+            placement=None, sbp=None,
             requires_grad=False) -> Tensor:
     """randint(high, size) or randint(low, high, size): integers in [low, high)."""
     args = list(args)
@@ -273,20 +325,24 @@ def randint(*args, size=None, low=None, high=None, generator=None, dtype=None, d
     if high is None:
         raise TypeError("randint(): missing required argument 'high'")
     low = 0 if low is None else low
-    t = _apply_creation("randint", device, generator, shape=shape_args("randint", (size,)),
+    where = _where("randint", device, placement, sbp)
+    t = _apply_creation("randint", where, generator, shape=shape_args("randint", (size,)),
                         low=_int_arg(low),
                         high=_int_arg(high),
                         dtype=dt.int64 if dtype is None else dt.as_dtype(dtype))
     return _finish(t, requires_grad)
 
 
-def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    t = _apply_creation("randperm", device, generator, n=_int_arg(n),
+def randperm(n, *, generator=None, dtype=None, device=None,
+             placement=None, sbp=None, requires_grad=False) -> Tensor:
+    where = _where("randperm", device, placement, sbp)
+    t = _apply_creation("randperm", where, generator, n=_int_arg(n),
                         dtype=dt.int64 if dtype is None else dt.as_dtype(dtype))
     return _finish(t, requires_grad)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
+           placement=None, sbp=None,
            requires_grad=False) -> Tensor:
     """normal(mean, std, size) with numbers, or normal(mean, std) with a tensor mean and/or std
     (broadcast).  With tensors the result is mean + std * z with z drawn from the generator;
@@ -295,7 +351,8 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         return _normal_tensors(mean, std, size, generator)
     if size is None:
         raise TypeError("normal(): with Number mean and std, argument 'size' is required")
-    t = _apply_creation("normal", device, generator, shape=shape_args("normal", (size,)),
+    where = _where("normal", device, placement, sbp)
+    t = _apply_creation("normal", where, generator, shape=shape_args("normal", (size,)),
                         mean=mean, std=std, dtype=_factory_dtype(dtype))
     return _finish(t, requires_grad)
 
@@ -316,7 +373,7 @@ def _normal_tensors(mean, std, size, generator):
     if isinstance(std, (int, float)) and std < 0:
         raise RuntimeError(f"normal(): normal expects std >= 0.0, but found std {std}")
     shape = broadcast_shapes("normal", *(tuple(x.shape) for x in tensors))
-    z = randn(shape, generator=generator, dtype=dtype, device=tensors[0].device)
+    z = randn(shape, generator=generator, dtype=dtype, device=_where_of(tensors[0]))
     mean = mean.detach() if isinstance(mean, Tensor) else mean
     std = std.detach() if isinstance(std, Tensor) else std
     return add(mul(z, std), mean)
@@ -329,7 +386,7 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     if p is not None:
         pd = input.dtype if input.dtype.is_floating_point else dt.get_default_dtype()
         probs = full(tuple(input.shape), _number("bernoulli", "p", p), dtype=pd,
-                     device=input.device)
+                     device=_where_of(input))
     out = interpreter.apply(registry.get("bernoulli"), (probs,), {}, generator=generator)
     if out.dtype is not input.dtype:
         out = call("to_dtype", out, dtype=input.dtype)
@@ -338,13 +395,13 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, generator=None):
     return rand(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
-                device=input.device if device is None else device, generator=generator,
+                device=_where_of(input) if device is None else device, generator=generator,
                 requires_grad=requires_grad)
 
 
 def randn_like(input, *, dtype=None, device=None, requires_grad=False, generator=None):
     return randn(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
-                 device=input.device if device is None else device, generator=generator,
+                 device=_where_of(input) if device is None else device, generator=generator,
                  requires_grad=requires_grad)
 
 
@@ -353,7 +410,7 @@ def randint_like(input, *args, low=None, high=None, dtype=None, device=None,
     """randint_like(input, high) or randint_like(input, low, high)."""
     return randint(*args, size=tuple(input.shape), low=low, high=high, generator=generator,
                    dtype=input.dtype if dtype is None else dtype,
-                   device=input.device if device is None else device,
+                   device=_where_of(input) if device is None else device,
                    requires_grad=requires_grad)
 
 
@@ -370,12 +427,12 @@ def _sample_inplace(name, draw):
 
 def _uniform_draw(src, *args, generator=None, **kw):
     low, high = (list(args) + [kw.pop("from", 0.0), kw.pop("to", 1.0)][len(args):])[:2]
-    return _apply_creation("uniform", src.device, generator, shape=tuple(src.shape), low=low,
+    return _apply_creation("uniform", _where_of(src), generator, shape=tuple(src.shape), low=low,
                            high=high, dtype=src.dtype, **kw)
 
 
 def _normal_draw(src, mean=0.0, std=1.0, *, generator=None):
-    return _apply_creation("normal", src.device, generator, shape=tuple(src.shape), mean=mean,
+    return _apply_creation("normal", _where_of(src), generator, shape=tuple(src.shape), mean=mean,
                            std=std, dtype=src.dtype)
 
 
@@ -395,7 +452,7 @@ def _random_draw(src, *args, generator=None, **kw):
             high = 2 ** _digits(d) + 1
         else:
             high = 2 if d is dt.bool_ else int(np.iinfo(d.np).max) + 1
-    return _apply_creation("randint", src.device, generator, shape=tuple(src.shape),
+    return _apply_creation("randint", _where_of(src), generator, shape=tuple(src.shape),
                            low=_int_arg(low),
                            high=_int_arg(high), dtype=src.dtype, **kw)
 
@@ -427,15 +484,15 @@ def _tensor_ctor(*args, **kwargs):
 
 METHODS = {
     "new_zeros": lambda self, *size, dtype=None, **kw: zeros(
-        *size, dtype=dtype or self.dtype, device=self.device, **kw),
+        *size, dtype=dtype or self.dtype, device=_where_of(self), **kw),
     "new_ones": lambda self, *size, dtype=None, **kw: ones(
-        *size, dtype=dtype or self.dtype, device=self.device, **kw),
+        *size, dtype=dtype or self.dtype, device=_where_of(self), **kw),
     "new_full": lambda self, size, fill_value, dtype=None, **kw: full(
-        size, fill_value, dtype=dtype or self.dtype, device=self.device, **kw),
+        size, fill_value, dtype=dtype or self.dtype, device=_where_of(self), **kw),
     "new_empty": lambda self, *size, dtype=None, **kw: empty(
-        *size, dtype=dtype or self.dtype, device=self.device, **kw),
+        *size, dtype=dtype or self.dtype, device=_where_of(self), **kw),
     "new_tensor": lambda self, data, dtype=None, **kw: tensor(
-        data, dtype=dtype or self.dtype, device=self.device, **kw),
+        data, dtype=dtype or self.dtype, device=_where_of(self), **kw),
     "uniform_": _sample_inplace("uniform_", _uniform_draw),
     "normal_": _sample_inplace("normal_", _normal_draw),
     "random_": _sample_inplace("random_", _random_draw),

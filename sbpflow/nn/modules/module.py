@@ -342,6 +342,12 @@ class Module:
     def cpu(self):
         return self
 
+    def to_global(self, placement=None, sbp=None):
+        """Make every parameter and buffer global (OneFlow's `Module.to_global`): local ones
+        are taken as this rank's piece, as `Tensor.to_global` does; global ones are boxed.
+        The parameter objects are kept, so optimizers built before still see them."""
+        return self._apply(lambda t: t.to_global(placement, sbp))
+
     def type(self, dst_type):
         return self.to(dst_type)
 

@@ -1,0 +1,576 @@
+"""Global tensors and the eager global interpreter (OneFlow's EagerGlobalInterpreter).
+
+A global tensor is a `Tensor` whose `_meta` is the logical meta and whose `_gl` is a
+`GlobalInfo`: the placement, the nd-SBP and the meta of this rank's piece. Its blob, storage
+and strides are those of the local piece, so instructions, in-place writes and version
+counters work on pieces exactly as on local tensors. A rank outside the placement holds an
+empty piece and runs no kernel, but follows the same program (SPMD), so metadata, generator
+offsets and collectives stay in step on every rank.
+
+An op on global inputs: infer the logical output metas, choose an SBP signature among the
+op's candidates (`sbp.infer.choose`: inputs that already match win, then the least boxing
+cost), box the inputs that differ (a collective instruction on the comm stream), then run
+the op's kernel on the local pieces with the logical metas and each output piece's position
+in the kernel context. Autograd records the node as for local ops; gradients are global ops.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import comm
+from .._core.errors import op_error
+from .._core.meta import TensorMeta
+from ..autograd.grad_mode import is_grad_enabled
+from ..autograd.node import Node
+from ..ops import registry
+from ..ops.registry import KernelContext
+from ..sbp import boxing, infer, layout
+from ..sbp.placement import Placement
+from ..sbp.sbp import B, P, Sbp
+from ..vm import Blob
+from . import interpreter
+from .generator import default_generator
+from .tensor import Tensor, _contiguous_strides
+
+
+class GlobalInfo(NamedTuple):
+    placement: Placement
+    sbp: tuple  # one Sbp per grid axis
+    local_meta: TensorMeta  # this rank's piece
+
+
+class GlobalDevice(NamedTuple):
+    """Where an op without tensor inputs puts its output: a placement and an nd-SBP."""
+
+    placement: Placement
+    sbp: tuple | None = None  # None: broadcast
+
+
+_builder = interpreter._builder
+
+
+# -- making global tensors ---------------------------------------------------------------
+def _local_meta(meta: TensorMeta, placement: Placement, sbp, rank: int) -> TensorMeta:
+    if not placement.has(rank):
+        return TensorMeta((0,) * max(len(meta.shape), 1), meta.dtype)
+    return TensorMeta(layout.local_shape(meta.shape, placement, sbp, rank), meta.dtype)
+
+
+def _empty_piece(local_meta: TensorMeta, prims):
+    return prims.empty(local_meta.shape, local_meta.dtype)
+
+
+def make(blob, meta: TensorMeta, device, gl: GlobalInfo, storage=None, strides=None,
+         offset: int = 0) -> Tensor:
+    """A global tensor over a piece's blob (filled now or by a pending instruction)."""
+    if strides is None:
+        strides = _contiguous_strides(gl.local_meta.shape)
+    t = Tensor._make(blob, meta, device, storage, strides, offset)
+    t._gl = gl
+    return t
+
+
+def _new_output(meta: TensorMeta, device, placement, sbp, rank) -> tuple[Tensor, Blob]:
+    gl = GlobalInfo(placement, sbp, _local_meta(meta, placement, sbp, rank))
+    blob = Blob()
+    if not placement.has(rank):
+        blob.array = _empty_piece(gl.local_meta, device.prims)
+    return make(blob, meta, device, gl), blob
+
+
+def _local_alias(t: Tensor) -> Tensor:
+    """This rank's piece as a local tensor sharing memory (no autograd)."""
+    return Tensor._make(t._blob, t._gl.local_meta, t._device, t._storage, t._strides, t._offset)
+
+
+# -- boxing as an instruction ---------------------------------------------------------------
+def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
+    """t moved to (placement, sbp); the same logical value.  Not recorded by autograd."""
+    src = t._gl
+    if src.placement == placement and src.sbp == sbp:
+        return t
+    plan = boxing.plan(t._meta, src.placement, src.sbp, placement, sbp)
+    rank = comm.get_rank()
+    out, out_blob = _new_output(t._meta, t._device, placement, sbp, rank)
+    if rank not in plan.participants():
+        return out
+    in_blob = t._blob
+    in_src, in_dst = src.placement.has(rank), placement.has(rank)
+    world = comm.world()
+
+    def run():
+        local = np.ascontiguousarray(in_blob.array) if in_src else None
+        res = plan.run(local, world)
+        if in_dst:
+            out_blob.array = res
+
+    _builder.collective("boxing", run, ins=(in_blob,), outs=(out_blob,) if in_dst else (),
+                        reads=(t._storage,), writes=(out._storage,) if in_dst else ())
+    return out
+
+
+# -- the interpreter ---------------------------------------------------------------------------
+_CHECK = os.environ.get("SBPFLOW_CHECK_GLOBAL", "") not in ("", "0")
+
+
+def set_consistency_check(on: bool) -> None:
+    """Make every rank compare each global op (name, metas, SBPs, placement) before running
+    it: a rank whose program diverges fails with both sides named instead of deadlocking."""
+    global _CHECK
+    _CHECK = bool(on)
+
+
+def consistency_check_enabled() -> bool:
+    return _CHECK
+
+
+_SIG_CACHE: dict = {}
+
+
+def _signature(opdef, in_metas, in_sbps, out_metas, placement, attrs):
+    try:
+        values = tuple(attrs.values())
+        key = (opdef.name, in_metas, in_sbps, placement, values, tuple(map(type, values)))
+        hit = _SIG_CACHE.get(key)
+    except TypeError:
+        key, hit = None, None
+    if hit is None:
+        hit = infer.choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps, out_metas,
+                           placement, _same_placement_cost)
+        if key is not None and len(_SIG_CACHE) < 65536:
+            _SIG_CACHE[key] = hit
+    return hit
+
+
+def _same_placement_cost(meta, placement, src, dst):
+    return boxing.cost(meta, placement, src, placement, dst)
+
+
+def _common_placement(opdef, tensors) -> Placement:
+    placement = None
+    for t in tensors:
+        gl = t._gl
+        if gl is None:
+            raise op_error(
+                opdef.name,
+                "expected all tensors to be global, but got a local tensor among global ones "
+                f"(local {t._type_name()} {list(t.shape)}); convert it with .to_global("
+                "placement, sbp)",
+            )
+        if placement is None:
+            placement = gl.placement
+        elif gl.placement != placement and t._meta.shape:
+            raise op_error(
+                opdef.name,
+                "expected all tensors to be on the same placement, but found at least two "
+                f"placements, {placement} and {gl.placement}; move one with .to_global()",
+            )
+    return placement
+
+
+def _onto(t: Tensor, placement: Placement) -> Tensor:
+    """A 0-d tensor on another placement moves to the op's as broadcast (OneFlow does too)."""
+    gl = t._gl
+    if gl.placement == placement:
+        return t
+    return to_global(t, placement, (B,) * placement.ndim)
+
+
+def apply_global(opdef, tensors, attrs, device=None, generator=None):
+    """Run one op eagerly on global tensors (or create one on `device`, a GlobalDevice)."""
+    rank = comm.get_rank()
+    if tensors:
+        placement = _common_placement(opdef, tensors)
+        tensors = [_onto(t, placement) for t in tensors]
+        dev = tensors[0]._device
+    else:
+        placement = device.placement
+        dev = interpreter._CPU if placement.type == "cpu" else interpreter.Device(placement.type)
+    in_metas = tuple([t._meta for t in tensors])
+    out_metas = opdef.meta(in_metas, attrs)
+    in_sbps = tuple([t._gl.sbp for t in tensors])
+    if _CHECK:
+        _check_consistent(opdef.name, placement, in_metas, in_sbps, attrs)
+    if tensors:
+        want, out_sbps = _signature(opdef, in_metas, in_sbps, out_metas, placement, attrs)
+        boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, want)]
+    else:
+        out_sbps, boxed = _creation_sbps(opdef, out_metas, placement, device.sbp, attrs), []
+
+    member = placement.has(rank)
+    outs, out_blobs = [], []
+    if opdef.view:
+        src = boxed[0]
+        out_gl = GlobalInfo(placement, out_sbps[0],
+                            _local_meta(out_metas[0], placement, out_sbps[0], rank))
+        blob = Blob()
+        if member:
+            strides, offset = interpreter._view_layout(opdef, _local_alias(src),
+                                                       out_gl.local_meta, attrs)
+        else:
+            strides, offset = _contiguous_strides(out_gl.local_meta.shape), 0
+            blob.array = _empty_piece(out_gl.local_meta, dev.prims)
+        outs.append(make(blob, out_metas[0], dev, out_gl, src._storage, strides, offset))
+        interpreter._link_view(outs[0], src, opdef, attrs)
+        out_blobs.append(blob)
+    else:
+        for m, s in zip(out_metas, out_sbps):
+            t, b = _new_output(m, dev, placement, s, rank)
+            outs.append(t)
+            out_blobs.append(b)
+    seed = offset = 0
+    if opdef.random:
+        # Every rank advances the generator by the logical draw, so streams stay in step.
+        gen = default_generator if generator is None else generator
+        seed, offset = gen.take(dev.prims.words_used("normal", sum(m.numel for m in out_metas)))
+    if member:
+        ctx = KernelContext(
+            dev.prims, opdef.name, tuple([t._gl.local_meta for t in boxed]),
+            tuple([o._gl.local_meta for o in outs]), in_metas, out_metas,
+            tuple([layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas,
+                                                                              out_sbps)]),
+            seed, offset,
+        )
+        _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in boxed],
+                         [t._storage for t in boxed], out_blobs,
+                         () if opdef.view else [o._storage for o in outs],
+                         variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
+    if not tensors:
+        outs = _finish_creation(outs, out_metas, placement, device.sbp)
+    elif opdef.grad is not None and is_grad_enabled():
+        for t in tensors:
+            if t._requires_grad or (t._base is not None and t.requires_grad):
+                interpreter._record(opdef, attrs, tensors, outs, in_metas, out_metas,
+                                    GlobalDevice(placement), saved=boxed)
+                break
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _creation_sbps(opdef, out_metas, placement, sbp, attrs):
+    """A creation op fills the requested pieces directly when it declares that signature;
+    otherwise (and for P, which no creation declares) it makes B and boxing converts."""
+    sbp = sbp if sbp is not None else (B,) * placement.ndim
+    wanted = tuple(B if x == P else x for x in sbp)
+    declared = {s.outputs[0] for s in opdef.signatures((), attrs)} | {B}
+    ok = all(x in declared for x in wanted) and infer._long_enough(
+        (wanted,), out_metas, placement.hierarchy)
+    return ((wanted if ok else (B,) * placement.ndim),) * len(out_metas)
+
+
+def _finish_creation(outs, out_metas, placement, sbp):
+    if sbp is None:
+        return outs
+    return [box(o, placement, sbp) for o in outs]
+
+
+# -- consistency check ------------------------------------------------------------------------
+_CHECK_BYTES = 512
+
+
+def _describe(name, placement, in_metas, in_sbps, attrs) -> str:
+    ins = ", ".join(
+        f"{m.dtype.name}{list(m.shape)} {layout.fmt_sbp(s)}" for m, s in zip(in_metas, in_sbps)
+    )
+    attr_text = ", ".join(f"{k}={v!r}" for k, v in attrs.items())
+    return f"{name}({ins}{'; ' if attr_text and ins else ''}{attr_text}) on ranks " \
+           f"{placement.ranks}"
+
+
+def _check_consistent(name, placement, in_metas, in_sbps, attrs) -> None:
+    """All ranks exchange a fixed-size description of the op they are about to run."""
+    text = _describe(name, placement, in_metas, in_sbps, attrs)
+    raw = text.encode()[:_CHECK_BYTES]
+    buf = np.zeros(_CHECK_BYTES, np.uint8)
+    buf[:len(raw)] = np.frombuffer(raw, np.uint8)
+    _drain_comm_stream()
+    world = comm.world()
+    everyone = world.all_gather(buf[None, :])
+    mine = everyone[world.rank].tobytes()
+    for r in range(world.size):
+        theirs = everyone[r].tobytes()
+        if theirs != mine:
+            raise RuntimeError(
+                "global consistency check failed: the ranks are not running the same global "
+                f"op.\n  rank {world.rank} runs {text}\n  rank {r} runs "
+                f"{theirs.rstrip(bytes(1)).decode(errors='replace')}"
+            )
+
+
+def _drain_comm_stream() -> None:
+    vm = _builder.vm
+    stream = vm.streams.get("comm")
+    if stream is not None:
+        stream.wait(stream.issued)
+        vm.raise_pending()
+
+
+# -- conversions (differentiable) ---------------------------------------------------------
+def _normalize(op, placement, sbp, like: GlobalInfo | None):
+    if placement is None:
+        if like is None:
+            raise TypeError(f"{op}(): a local tensor needs a placement")
+        placement = like.placement
+    if not isinstance(placement, Placement):
+        raise TypeError(f"{op}(): argument 'placement' must be sbpflow.placement, got "
+                        f"{type(placement).__name__}")
+    if sbp is None:
+        if like is None:
+            raise TypeError(f"{op}(): a local tensor needs an sbp")
+        if placement.ndim != like.placement.ndim:
+            raise ValueError(f"{op}(): give an sbp for placement {placement} (the tensor's "
+                             f"sbp {layout.fmt_sbp(like.sbp)} is for another hierarchy)")
+        sbp = like.sbp
+    return placement, layout.normalize_sbp(sbp, placement, op)
+
+
+def to_global(t: Tensor, placement=None, sbp=None, *, grad_sbp=None, check_meta=True,
+              copy=False) -> Tensor:
+    """OneFlow's `Tensor.to_global`: local -> global treats t as this rank's piece (B: rank
+    0's data wins; S: the logical tensor is the concatenation); global -> global boxes."""
+    placement, sbp = _normalize("to_global", placement, sbp, t._gl)
+    layout.check_split_axes(sbp, len(t._meta.shape))
+    if grad_sbp is not None:
+        grad_sbp = layout.normalize_sbp(grad_sbp, placement if t._gl is None else
+                                        t._gl.placement, "to_global", "grad_sbp")
+    if t._gl is None:
+        return _local_to_global(t, placement, sbp, grad_sbp, check_meta)
+    out = box(t, placement, sbp)
+    if out is t and copy:
+        out = _copy(t)
+    if out is not t and is_grad_enabled() and t.requires_grad:
+        src = t._gl
+        node = _ToGlobalBackward(interpreter._edge(t), src.placement,
+                                 grad_sbp or layout.dual(src.sbp), t._meta)
+        out._set_grad_fn(node, 0)
+    return out
+
+
+def _copy(t: Tensor) -> Tensor:
+    return apply_global(registry.get("clone"), [t], {})
+
+
+def to_local(t: Tensor, *, copy: bool = False) -> Tensor:
+    """This rank's piece as a local tensor sharing memory (OneFlow's `to_local`)."""
+    gl = t._gl
+    if gl is None:
+        raise RuntimeError("to_local(): expected a global tensor, but got a local tensor; "
+                           "only global tensors have a local piece")
+    out = _local_alias(t)
+    if copy:
+        out = interpreter.apply(registry.get("clone"), (out,), {})
+    if is_grad_enabled() and t.requires_grad:
+        out._set_grad_fn(_ToLocalBackward(interpreter._edge(t), gl, t._meta), 0)
+    return out
+
+
+def _local_to_global(t, placement, sbp, grad_sbp, check_meta) -> Tensor:
+    rank = comm.get_rank()
+    meta = _logical_meta(t, placement, sbp, check_meta)
+    local_meta = _local_meta(meta, placement, sbp, rank)
+    gl = GlobalInfo(placement, sbp, local_meta)
+    bcast_axes = [k for k, x in enumerate(sbp) if x == B and placement.hierarchy[k] > 1]
+    if not placement.has(rank):
+        blob = Blob(_empty_piece(local_meta, t._device.prims))
+        out = make(blob, meta, t._device, gl)
+    elif bcast_axes:
+        out = make(Blob(), meta, t._device, gl)
+        _broadcast_piece(t, out, placement, bcast_axes, rank)
+    else:
+        out = make(t._blob, meta, t._device, gl, t._storage, t._strides, t._offset)
+    if is_grad_enabled() and t.requires_grad:
+        out._set_grad_fn(_LocalToGlobalBackward(interpreter._edge(t), gl,
+                                                grad_sbp or layout.dual(sbp), meta), 0)
+    return out
+
+
+def _broadcast_piece(t, out, placement, axes, rank):
+    """B axes of a local -> global conversion: the rank at coordinate 0 of each wins."""
+    in_blob, out_blob = t._blob, out._blob
+    world = comm.world()
+    groups = [placement.axis_ranks(rank, k) for k in axes]
+
+    def run():
+        buf = np.array(in_blob.array, order="C", copy=True)
+        for ranks in groups:
+            world.group(ranks).broadcast(buf, root=0)
+        out_blob.array = buf
+
+    _builder.collective("to_global(broadcast)", run, ins=(in_blob,), outs=(out_blob,),
+                        reads=(t._storage,), writes=(out._storage,))
+
+
+_META_INTS = 2 + 16
+
+
+def _logical_meta(t, placement, sbp, check_meta) -> TensorMeta:
+    local = t._meta
+    if len(local.shape) > 16:
+        raise ValueError("to_global(): tensors of more than 16 dimensions are not supported")
+    if not check_meta or placement.size == 1:
+        shape = list(local.shape)
+        for k, x in enumerate(sbp):
+            if x != B and x != P:
+                shape[x.axis] *= placement.hierarchy[k]
+        return TensorMeta(tuple(shape), local.dtype) if placement.size > 1 or not check_meta \
+            else local
+    return _exchange_metas(t, placement, sbp)
+
+
+def _exchange_metas(t, placement, sbp) -> TensorMeta:
+    """check_meta: every rank shares its piece's meta; the pieces must fit one logical tensor
+    under a balanced split, with one dtype."""
+    from .._core import dtype as dt
+
+    names = [d.name for d in dt.ALL]
+    world = comm.world()
+    rank = world.rank
+    mine = np.zeros(_META_INTS, np.int64)
+    mine[0] = 1 if placement.has(rank) else 0
+    mine[1] = names.index(t._meta.dtype.name)
+    mine[2] = len(t._meta.shape)
+    mine[3:3 + len(t._meta.shape)] = t._meta.shape
+    _drain_comm_stream()
+    table = world.all_gather(mine[None, :])
+    members = placement.rank_list
+    first = table[members[0]]
+    dtype = dt.as_dtype(names[int(first[1])])
+    ndim = int(first[2])
+    for r in members:
+        row = table[r]
+        if int(row[1]) != int(first[1]) or int(row[2]) != ndim:
+            raise RuntimeError(
+                f"to_global(): check_meta failed: rank {members[0]} has a {names[int(first[1])]}"
+                f" tensor of {ndim} dims but rank {r} has a {names[int(row[1])]} tensor of "
+                f"{int(row[2])} dims"
+            )
+    layout.check_split_axes(sbp, ndim)
+    shape = [int(x) for x in first[3:3 + ndim]]
+    for k, x in enumerate(sbp):
+        if x != B and x != P:
+            # the logical extent of a split axis: the pieces along grid axis k, in order
+            line = placement.axis_ranks(members[0], k)
+            shape[x.axis] = sum(int(table[r][3 + x.axis]) for r in line)
+    # nested splits of one axis over two grid axes: sum again along the outer axes
+    for k, x in enumerate(sbp):
+        if x != B and x != P:
+            for j in range(k):
+                if sbp[j] == x:
+                    line = placement.axis_ranks(members[0], j)
+                    shape[x.axis] = 0
+                    for r0 in line:
+                        shape[x.axis] += sum(int(table[r][3 + x.axis])
+                                             for r in placement.axis_ranks(r0, k))
+    meta = TensorMeta(tuple(shape), dtype)
+    for r in members:
+        want = layout.local_shape(meta.shape, placement, sbp, r)
+        got = tuple(int(x) for x in table[r][3:3 + ndim])
+        if got != want:
+            raise RuntimeError(
+                f"to_global(): check_meta failed: rank {r}'s local tensor has shape "
+                f"{list(got)}, but the logical shape {list(meta.shape)} with sbp "
+                f"{layout.fmt_sbp(sbp)} gives rank {r} a piece of shape {list(want)} (pieces "
+                "of a split are balanced: the first ranks get one more row)"
+            )
+    return meta
+
+
+class _ToGlobalBackward(Node):
+    """Backward of global -> global: the gradient boxes back to the source placement, with
+    the dual SBP (B <-> P, S stays) unless `grad_sbp` was given."""
+
+    __slots__ = ("placement", "sbp", "in_metas", "out_metas")
+
+    def __init__(self, edge, placement, sbp, meta):
+        super().__init__((edge,))
+        self.placement, self.sbp = placement, sbp
+        self.in_metas = self.out_metas = (meta,)
+
+    def name(self) -> str:
+        return "ToGlobalBackward"
+
+    def apply(self, grads):
+        return [to_global(grads[0], self.placement, self.sbp)]
+
+
+class _LocalToGlobalBackward(Node):
+    __slots__ = ("gl", "sbp", "in_metas", "out_metas")
+
+    def __init__(self, edge, gl, grad_sbp, meta):
+        super().__init__((edge,))
+        self.gl, self.sbp = gl, grad_sbp
+        self.in_metas = (gl.local_meta,)
+        self.out_metas = (meta,)
+
+    def name(self) -> str:
+        return "LocalToGlobalBackward"
+
+    def apply(self, grads):
+        return [to_local(to_global(grads[0], self.gl.placement, self.sbp))]
+
+
+class _ToLocalBackward(Node):
+    """Backward of to_local: the local gradient is the piece of a global one, same SBP."""
+
+    __slots__ = ("gl", "in_metas", "out_metas")
+
+    def __init__(self, edge, gl, meta):
+        super().__init__((edge,))
+        self.gl = gl
+        self.in_metas = (meta,)
+        self.out_metas = (gl.local_meta,)
+
+    def name(self) -> str:
+        return "ToLocalBackward"
+
+    def apply(self, grads):
+        g = grads[0].contiguous()
+        gl = self.gl
+        out = make(g._blob, self.in_metas[0], g._device, gl._replace(local_meta=g._meta),
+                   g._storage, g._strides, g._offset)
+        if is_grad_enabled() and g.requires_grad:
+            out._set_grad_fn(_LocalToGlobalBackward(interpreter._edge(g), gl, gl.sbp,
+                                                    self.in_metas[0]), 0)
+        return [out]
+
+
+# -- host values -------------------------------------------------------------------------------
+def logical_host(t: Tensor) -> np.ndarray:
+    """The logical value on every rank: box to B over all ranks, then read the piece.
+    A collective: every rank must call it."""
+    everyone = Placement.all(t._gl.placement.type)
+    full = box(t, everyone, (B,))
+    return full._device.prims.to_host(_local_alias(full)._data)
+
+
+def is_sbp(x) -> bool:
+    return isinstance(x, Sbp)
+
+
+
+def from_logical(host: np.ndarray, dtype, where: GlobalDevice) -> Tensor:
+    """A global tensor whose logical value is `host` (every rank passes the same array and
+    keeps its own piece; no communication)."""
+    from ..device import Device
+
+    placement = where.placement
+    sbp = where.sbp if where.sbp is not None else (B,) * placement.ndim
+    layout.check_split_axes(sbp, host.ndim, "tensor")
+    dev = Device(placement.type)
+    meta = TensorMeta(tuple(int(n) for n in host.shape), dtype)
+    rank = comm.get_rank()
+    made = tuple(B if x == P else x for x in sbp)  # P: made as B, then boxed (no comm)
+    gl = GlobalInfo(placement, made, _local_meta(meta, placement, made, rank))
+    if placement.has(rank):
+        part = host[layout.piece(meta.shape, placement, made, rank)]
+        blob = Blob(dev.prims.from_host(np.ascontiguousarray(part), dtype))
+    else:
+        blob = Blob(_empty_piece(gl.local_meta, dev.prims))
+    t = make(blob, meta, dev, gl)
+    return box(t, placement, sbp)
+
+
+interpreter.set_global_apply(apply_global)

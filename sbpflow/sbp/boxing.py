@@ -1,0 +1,653 @@
+"""Boxing: turn a global tensor's piece under one (placement, nd-SBP) into its piece under another.
+
+OneFlow's boxing. A transition is planned once per (logical meta, source, destination) and the
+plan is cached; running it is the collectives plus at most a copy or two.
+
+How a plan is found:
+
+- Same placement: one grid axis at a time. Each axis whose SBP differs changes once, by the
+  1-D rule of `_RULES` (a table from (source kind, target kind) to a named step), inside the
+  groups of ranks along that axis (`placement.axis_ranks`). The order of the axes is the
+  cheapest valid one; the states in between are the middle states. A 1-D placement is the
+  case of a single axis.
+- An axis step is valid only where no later grid axis splits the tensor axis it splits or
+  gathers: splitting is nested, so a later axis's cut would be taken from a different whole.
+  Where no order is valid, or the placements differ, the general path runs: reduce P away
+  inside the source placement (a middle state without P), then every destination rank
+  receives the slices it needs from source ranks whose pieces intersect it (point to point,
+  or a local copy); for a P destination one rank per P group holds the data, the others zeros.
+
+Cost model (OneFlow's; T = logical bytes of the block an axis step works on, n = ranks in a
+group): same 0; B->S 1; S(i)->S(j) T(n-1)/n; P->S and S->B T(n-1); P->B 2T(n-1); anything->P
+T*n*10, so a signature that wants a P input loses unless the input already is P. The general
+path costs the bytes it actually moves. An nd plan costs the sum over its steps, each axis step
+counted once per group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .._core.meta import TensorMeta
+from .layout import balanced_bounds, check_split_axes, local_shape, normalize_sbp, piece
+from .placement import Placement
+from .sbp import B, Broadcast, P, Sbp, Split
+
+_TAG = 0xB0  # the point-to-point tag of the general path, apart from other traffic
+_P_PENALTY = 10  # anything -> P costs T * n * this
+
+
+# -- small helpers ----------------------------------------------------------------------------
+def _kind(x: Sbp) -> str:
+    return "S" if isinstance(x, Split) else "B" if isinstance(x, Broadcast) else "P"
+
+
+def _fmt(nd_sbp) -> str:
+    return repr(nd_sbp[0]) if len(nd_sbp) == 1 else "(" + ", ".join(map(repr, nd_sbp)) + ")"
+
+
+def _fmt_bytes(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB"):
+        n /= 1024
+        if n < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _np_dtype(dtype) -> np.dtype:
+    return dtype.np if hasattr(dtype, "np") else np.dtype(dtype)
+
+
+def _index(slices) -> tuple:
+    # A 0-d array indexed by () gives a scalar, not a view: use `...` for it.
+    return tuple(slices) if slices else (Ellipsis,)
+
+
+class _Slab(NamedTuple):
+    start: int  # offsets into the flat buffer that holds the slabs one after another
+    stop: int
+    shape: tuple
+    index: tuple  # the slab inside the full array
+
+
+def _slabs(shape: tuple, axis: int, parts: int) -> tuple[_Slab, ...]:
+    """The balanced slabs of an array of `shape` along `axis`, laid end to end."""
+    out, offset = [], 0
+    for lo, hi in balanced_bounds(shape[axis], parts):
+        slab_shape = shape[:axis] + (hi - lo,) + shape[axis + 1:]
+        count = math.prod(slab_shape)
+        out.append(_Slab(offset, offset + count, slab_shape,
+                         (slice(None),) * axis + (slice(lo, hi),)))
+        offset += count
+    return tuple(out)
+
+
+def _leading(shape: tuple, axis: int) -> bool:
+    """True when the slabs along `axis` already lie end to end in C order (no packing)."""
+    return math.prod(shape[:axis]) == 1
+
+
+def _pack(x: np.ndarray, slabs, dtype) -> np.ndarray:
+    buf = np.empty(slabs[-1].stop, dtype)
+    for s in slabs:
+        if s.stop > s.start:
+            np.copyto(buf[s.start:s.stop].reshape(s.shape), x[s.index])
+    return buf
+
+
+def _unpack(buf: np.ndarray, slabs, out: np.ndarray) -> None:
+    for s in slabs:
+        if s.stop > s.start:
+            out[s.index] = buf[s.start:s.stop].reshape(s.shape)
+
+
+# -- the 1-D rules: a table from (source kind, target kind) to a step ---------------------
+class _Ctx(NamedTuple):
+    """What one rank's axis step needs: its group, position, and the block it works on."""
+
+    group: object  # the Communicator of the ranks along the grid axis (None if not needed)
+    n: int  # ranks in the group
+    c: int  # this rank's position in it
+    block: tuple  # shape of the part of the logical tensor the group shares
+    src: Sbp
+    dst: Sbp
+    dtype: np.dtype
+
+
+def _make_copy(cx: _Ctx):
+    # Same SBP, or a group of one rank: every piece already is the target piece.
+    return lambda x: x.copy()
+
+
+def _make_all_reduce(cx: _Ctx):
+    g, shape, dtype = cx.group, cx.block, cx.dtype
+
+    def all_reduce(x):
+        return g.all_reduce(x, out=np.empty(shape, dtype))
+
+    return all_reduce
+
+
+def _make_reduce_scatter(cx: _Ctx):
+    g, dtype = cx.group, cx.dtype
+    axis = cx.dst.axis
+    slabs = _slabs(cx.block, axis, cx.n)
+    counts = [s.stop - s.start for s in slabs]
+    out_shape = slabs[cx.c].shape
+    direct = _leading(cx.block, axis)
+
+    def reduce_scatter(x):
+        send = x.reshape(-1) if direct else _pack(x, slabs, dtype)
+        out = np.empty(out_shape, dtype)
+        g.reduce_scatter(send, sizes=counts, out=out.reshape(-1))
+        return out
+
+    return reduce_scatter
+
+
+def _make_all_gather(cx: _Ctx):
+    g, dtype, shape = cx.group, cx.dtype, cx.block
+    slabs = _slabs(shape, cx.src.axis, cx.n)
+    counts = [s.stop - s.start for s in slabs]
+    direct = _leading(shape, cx.src.axis)
+
+    def all_gather(x):
+        out = np.empty(shape, dtype)
+        if direct:
+            g.all_gather(x.reshape(-1), sizes=counts, out=out.reshape(-1))
+        else:
+            _unpack(g.all_gather(x.reshape(-1), sizes=counts), slabs, out)
+        return out
+
+    return all_gather
+
+
+def _make_all_to_all(cx: _Ctx):
+    g, dtype, n, c = cx.group, cx.dtype, cx.n, cx.c
+    i, j = cx.src.axis, cx.dst.axis
+    mine = _slabs(cx.block, i, n)[c].shape  # this rank's piece: slab c along i
+    send_slabs = _slabs(mine, j, n)  # slab r along j goes to rank r
+    out_shape = _slabs(cx.block, j, n)[c].shape
+    recv_slabs = _slabs(out_shape, i, n)  # rank r's slab along j arrives as slab r along i
+    send_counts = [s.stop - s.start for s in send_slabs]
+    recv_counts = [s.stop - s.start for s in recv_slabs]
+    send_direct, recv_direct = _leading(mine, j), _leading(out_shape, i)
+
+    def all_to_all(x):
+        send = x.reshape(-1) if send_direct else _pack(x, send_slabs, dtype)
+        out = np.empty(out_shape, dtype)
+        if recv_direct:
+            g.all_to_all(send, send_counts, recv_counts, out=out.reshape(-1))
+        else:
+            _unpack(g.all_to_all(send, send_counts, recv_counts), recv_slabs, out)
+        return out
+
+    return all_to_all
+
+
+def _make_slice(cx: _Ctx):
+    index = _slabs(cx.block, cx.dst.axis, cx.n)[cx.c].index
+    return lambda x: x[index].copy()
+
+
+def _make_keep_on_first(cx: _Ctx):
+    if cx.c == 0:
+        return lambda x: x.copy()
+    shape, dtype = cx.block, cx.dtype
+    return lambda x: np.zeros(shape, dtype)
+
+
+def _make_pad_with_zeros(cx: _Ctx):
+    shape, dtype = cx.block, cx.dtype
+    index = _slabs(shape, cx.src.axis, cx.n)[cx.c].index
+
+    def pad_with_zeros(x):
+        out = np.zeros(shape, dtype)
+        out[index] = x
+        return out
+
+    return pad_with_zeros
+
+
+class _Rule(NamedTuple):
+    name: str
+    make: Callable  # _Ctx -> (piece -> new piece), built once per rank
+    cost: Callable  # (block bytes T, ranks n) -> cost
+    communicates: bool
+    local: str  # how `describe` words it: "over" a collective's ranks, "on" a local step's
+
+
+_COPY = _Rule("copy", _make_copy, lambda t, n: 0.0, False, "on")
+_RULES = {
+    # P -> B: every rank needs the whole sum.
+    ("P", "B"): _Rule("all_reduce", _make_all_reduce, lambda t, n: 2.0 * t * (n - 1), True,
+                      "over"),
+    # P -> S(i): each rank needs the sum of its own slab only.
+    ("P", "S"): _Rule("reduce_scatter", _make_reduce_scatter, lambda t, n: t * (n - 1), True,
+                      "over"),
+    # S(i) -> B: every rank needs every rank's slab.
+    ("S", "B"): _Rule("all_gather", _make_all_gather, lambda t, n: t * (n - 1), True, "over"),
+    # S(i) -> S(j): each rank keeps 1/n of its slab and trades the rest, one block per peer.
+    ("S", "S"): _Rule("all_to_all", _make_all_to_all, lambda t, n: t * (n - 1) / n, True,
+                      "over"),
+    # B -> S(i): every rank already holds its slab; cut it out (tiny cost, not free).
+    ("B", "S"): _Rule("slice", _make_slice, lambda t, n: 1.0, False, "on"),
+    # B -> P: rank 0's copy is the sum once the others hold zeros.
+    ("B", "P"): _Rule("keep_on_first", _make_keep_on_first,
+                      lambda t, n: t * n * _P_PENALTY, False, "on"),
+    # S(i) -> P: the sum of the slabs each padded with zeros is the whole.
+    ("S", "P"): _Rule("pad_with_zeros", _make_pad_with_zeros,
+                      lambda t, n: t * n * _P_PENALTY, False, "on"),
+    # Same -> same: nothing changes; the step is the fresh copy the caller is promised.
+    ("B", "B"): _COPY,
+    ("P", "P"): _COPY,
+}
+
+
+def _rule(src: Sbp, dst: Sbp, n: int) -> _Rule:
+    if src == dst or n == 1:  # one rank per group: its piece is the block under any SBP
+        return _COPY
+    return _RULES[_kind(src), _kind(dst)]
+
+
+# -- routes: the abstract steps, shared by cost() and plan() --------------------------------
+class _AxisMove(NamedTuple):
+    """Change grid axis `axis` of `before` to `after[axis]` inside the groups along it."""
+
+    placement: Placement
+    before: tuple
+    after: tuple
+    axis: int
+    rule: _Rule
+    block_bytes: float  # bytes of the block one group works on
+    cost: float
+
+
+class _Transfer(NamedTuple):
+    src: int
+    dst: int
+    box: tuple  # ((lo, hi), ...) of the logical tensor
+
+
+class _Redistribute(NamedTuple):
+    """The general path's second half: point-to-point slices from src pieces to dst pieces."""
+
+    src: Placement
+    src_sbp: tuple  # holds no P
+    dst: Placement
+    dst_sbp: tuple
+    transfers: tuple[_Transfer, ...]  # in one global order, the same on every rank
+    moved_bytes: float
+    cost: float
+
+
+def _block_bytes(shape, placement: Placement, state, axis: int, itemsize: int) -> float:
+    # The block a group along `axis` shares: the tensor cut by every other split axis.
+    parts = math.prod(placement.hierarchy[j] for j, x in enumerate(state)
+                      if j != axis and isinstance(x, Split))
+    return math.prod(shape) * itemsize / parts
+
+
+def _axis_move(meta, placement, state, axis, target) -> _AxisMove:
+    after = state[:axis] + (target,) + state[axis + 1:]
+    n = placement.hierarchy[axis]
+    rule = _rule(state[axis], target, n)
+    t = _block_bytes(meta.shape, placement, state, axis, _np_dtype(meta.dtype).itemsize)
+    groups = placement.size // n
+    return _AxisMove(placement, state, after, axis, rule, t, rule.cost(t, n) * groups)
+
+
+def _axis_step_valid(state, axis: int, target: Sbp) -> bool:
+    # Nested splitting: a later grid axis that cuts the tensor axis this step splits or
+    # gathers would take its cut from a different whole before and after the step.
+    moved = [x.axis for x in (state[axis], target) if isinstance(x, Split)]
+    return not any(isinstance(x, Split) and x.axis in moved for x in state[axis + 1:])
+
+
+def _axis_route(meta, placement, src, dst):
+    """The cheapest valid order of one step per differing axis, or None."""
+    differing = [k for k in reversed(range(len(src))) if src[k] != dst[k]]
+    best = None
+    for order in itertools.permutations(differing):  # inner axes first on ties
+        state, moves = src, []
+        for k in order:
+            if not _axis_step_valid(state, k, dst[k]):
+                break
+            moves.append(_axis_move(meta, placement, state, k, dst[k]))
+            state = moves[-1].after
+        else:
+            total = sum(m.cost for m in moves)
+            if best is None or total < best[0]:
+                best = (total, tuple(moves))
+    return None if best is None else best[1]
+
+
+def _without_partial(shape, nd_sbp) -> tuple:
+    """A middle state with every P reduced away: split a tensor axis no later grid axis splits
+    (a reduce-scatter moves half an all-reduce's bytes), or broadcast a 0-d tensor."""
+    mid = list(nd_sbp)
+    for k in reversed(range(len(mid))):
+        if mid[k] == P:
+            taken = [x.axis for x in mid[k + 1:] if isinstance(x, Split)]
+            free = [a for a in range(len(shape)) if a not in taken]
+            # The longest free axis, so the pieces are as even as they can be.
+            mid[k] = Split(max(free, key=lambda a: (shape[a], -a))) if free else B
+    return tuple(mid)
+
+
+def _boxes(shape, placement: Placement, nd_sbp):
+    return {r: tuple((s.start, s.stop) for s in piece(shape, placement, nd_sbp, r))
+            for r in placement.rank_list}
+
+
+def _holds_data(placement: Placement, nd_sbp, rank: int) -> bool:
+    # A P destination: the rank at coordinate 0 of every P axis holds the data, others zeros.
+    coords = placement.coords(rank)
+    return all(coords[k] == 0 for k, x in enumerate(nd_sbp) if x == P)
+
+
+def _redistribute(meta, sp, ss, dp, ds) -> _Redistribute:
+    shape = meta.shape
+    itemsize = _np_dtype(meta.dtype).itemsize
+    src_boxes = _boxes(shape, sp, ss)
+    # Source ranks holding the same box (B axes) form one class; any of them can send it.
+    classes: dict[tuple, list[int]] = {}
+    for r in sp.rank_list:
+        classes.setdefault(src_boxes[r], []).append(r)
+    picks = {box: 0 for box in classes}
+    transfers, moved = [], 0.0
+    for d in dp.rank_list:
+        if not _holds_data(dp, ds, d):
+            continue
+        want = tuple((s.start, s.stop) for s in piece(shape, dp, ds, d))
+        for box, holders in classes.items():
+            inter = tuple((max(a, c), min(b, e)) for (a, b), (c, e) in zip(want, box))
+            if any(hi <= lo for lo, hi in inter):
+                continue
+            if d in holders:
+                src = d  # it holds the slice already: a local copy
+            else:
+                src = holders[picks[box] % len(holders)]  # spread the sends over holders
+                picks[box] += 1
+                moved += math.prod(hi - lo for lo, hi in inter) * itemsize
+            transfers.append(_Transfer(src, d, inter))
+    cost = moved
+    if any(x == P for x in ds):
+        cost += math.prod(shape) * itemsize * dp.size * _P_PENALTY
+    return _Redistribute(sp, ss, dp, ds, tuple(transfers), moved, cost)
+
+
+@lru_cache(maxsize=4096)
+def _route(meta, sp, ss, dp, ds) -> tuple:
+    """The abstract steps of a transition (cached; plan() and cost() share them)."""
+    if sp == dp:
+        if ss == ds:
+            return (_axis_move(meta, sp, ss, 0, ss[0]),)  # a copy: S(0) -> S(0)
+        moves = _axis_route(meta, sp, ss, ds)
+        if moves is not None:
+            return moves
+    # The general path: reduce P away inside the source placement, then move slices.
+    moves, state = [], ss
+    mid = _without_partial(meta.shape, ss)
+    for k in reversed(range(len(ss))):
+        if ss[k] != mid[k]:
+            moves.append(_axis_move(meta, sp, state, k, mid[k]))
+            state = moves[-1].after
+    moves.append(_redistribute(meta, sp, mid, dp, ds))
+    return tuple(moves)
+
+
+def _check(fn: str, meta, src_placement, src_sbp, dst_placement, dst_sbp) -> None:
+    shape = getattr(meta, "shape", None)
+    if not isinstance(shape, tuple):
+        raise TypeError(f"{fn}(): meta must be a TensorMeta (shape, dtype), got {meta!r}")
+    for arg, pl, sbp in (("src", src_placement, src_sbp), ("dst", dst_placement, dst_sbp)):
+        if not isinstance(pl, Placement):
+            raise TypeError(f"{fn}(): {arg}_placement must be a placement, got {pl!r}")
+        if (not isinstance(sbp, tuple) or len(sbp) != pl.ndim
+                or not all(isinstance(x, Sbp) for x in sbp)):
+            raise ValueError(
+                f"{fn}(): {arg}_sbp must be a tuple of {pl.ndim} SBP value(s), one per axis "
+                f"of the hierarchy {list(pl.hierarchy)}, got {sbp!r}"
+            )
+        check_split_axes(sbp, len(shape), fn, f"{arg}_sbp")
+
+
+# -- steps and plans ----------------------------------------------------------------------
+class Step:
+    """One named step of a plan: `name`, a one-line `describe()`, `cost` in bytes."""
+
+    __slots__ = ("name", "cost", "_move", "_text")
+
+    def __init__(self, move, text: str):
+        self._move = move
+        self.name = move.rule.name if isinstance(move, _AxisMove) else (
+            "send_recv" if move.moved_bytes else "local_copy")
+        self.cost = move.cost
+        self._text = text
+
+    def describe(self) -> str:
+        return self._text
+
+    def __repr__(self):
+        return f"<boxing.Step {self._text}>"
+
+
+def _describe(move, identity: bool) -> str:
+    if isinstance(move, _AxisMove):
+        pl, k, rule = move.placement, move.axis, move.rule
+        head = f"{_fmt(move.before)} -> {_fmt(move.after)}"
+        if identity:
+            return f"{head}: nothing to do"
+        size = _fmt_bytes(move.block_bytes)
+        if pl.ndim == 1:
+            if rule is _COPY:
+                return f"{head}: copy on rank {list(pl.rank_list)} (one rank), {size}"
+            return f"{head}: {rule.name} {rule.local} ranks {list(pl.rank_list)}, {size}"
+        groups = []
+        for r in pl.rank_list:
+            g = list(pl.axis_ranks(r, k))
+            if g not in groups:
+                groups.append(g)
+        if rule is _COPY:
+            return f"{head}: copy along grid axis {k} (one rank per group {groups}), {size}"
+        return (f"{head}: {rule.name} along grid axis {k} {rule.local} ranks {groups}, "
+                f"{size} per group")
+    head = (f"{_fmt(move.src_sbp)} on ranks {move.src.ranks} -> {_fmt(move.dst_sbp)} on ranks "
+            f"{move.dst.ranks}")
+    sends = sum(t.src != t.dst for t in move.transfers)
+    copies = len(move.transfers) - sends
+    text = (f"{head}: send_recv of intersecting slices, {sends} message"
+            f"{'s' if sends != 1 else ''} ({_fmt_bytes(move.moved_bytes)}) and {copies} local "
+            f"cop{'ies' if copies != 1 else 'y'}" if sends else
+            f"{head}: local_copy of intersecting slices, {copies} local "
+            f"cop{'ies' if copies != 1 else 'y'}, no messages")
+    if any(x == P for x in move.dst_sbp):
+        text += "; one rank per P group holds the data, the others zeros"
+    return text
+
+
+class Plan:
+    """How to box one (meta, src placement, src nd-SBP) into (dst placement, dst nd-SBP).
+
+    Built once (cached by `plan`) and run by every participating rank. Frozen after building
+    except for `_prepared`, the per-rank closures made on the first `run`.
+    """
+
+    __slots__ = ("meta", "src", "dst", "steps", "cost", "_moves", "_prepared", "_dtype")
+
+    def __init__(self, meta, src, dst, moves):
+        self.meta = meta
+        self.src = src
+        self.dst = dst
+        self._moves = moves
+        identity = src == dst
+        self.steps = tuple(Step(m, _describe(m, identity)) for m in moves)
+        self.cost = float(sum(m.cost for m in moves))
+        self._prepared: dict = {}
+        self._dtype = _np_dtype(meta.dtype)
+
+    def __repr__(self):
+        return (f"<boxing.Plan {_fmt(self.src[1])} on {self.src[0].ranks} -> {_fmt(self.dst[1])} "
+                f"on {self.dst[0].ranks}, {len(self.steps)} step(s), cost {self.cost:g}>")
+
+    def explain(self) -> str:
+        return "\n".join(s.describe() for s in self.steps)
+
+    def participants(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.src[0].rank_list) | set(self.dst[0].rank_list)))
+
+    def run(self, local, world):
+        """This rank's piece under dst (a new C-contiguous array), or None outside dst.
+
+        Every rank of `participants()` calls it, in the same order; `local` is this rank's
+        piece under src (None outside src). `world` is `sbpflow.comm.world()`.
+        """
+        prepared = self._prepared.get(world)
+        if prepared is None:
+            prepared = self._prepare(world)
+        want, fns = prepared
+        if want is None:
+            if local is not None:
+                raise ValueError(
+                    f"boxing.Plan.run(): rank {world.rank} is not in the source placement "
+                    f"{self.src[0].ranks}, so local must be None, got an array of shape "
+                    f"{getattr(local, 'shape', None)}"
+                )
+        elif (not isinstance(local, np.ndarray) or local.shape != want
+              or local.dtype != self._dtype):
+            got = (f"{local.dtype} {local.shape}" if isinstance(local, np.ndarray)
+                   else repr(type(local).__name__))
+            raise ValueError(
+                f"boxing.Plan.run(): local must be rank {world.rank}'s piece under "
+                f"{_fmt(self.src[1])}: a {self._dtype} array of shape {want}, got {got}"
+            )
+        for fn in fns:
+            local = fn(local)
+        return local
+
+    def _prepare(self, world):
+        """This rank's closures, one per step it takes part in (groups made in step order,
+        the same order on every member, since making a group is collective)."""
+        rank = world.rank
+        if rank not in self.participants():
+            raise ValueError(
+                f"boxing.Plan.run(): rank {rank} is not a participant {list(self.participants())}"
+                f" of {self!r}; only those ranks may call run()"
+            )
+        src_placement, src_sbp = self.src
+        want = (local_shape(self.meta.shape, src_placement, src_sbp, rank)
+                if src_placement.has(rank) else None)
+        fns = []
+        for move in self._moves:
+            fn = (_prepare_axis(move, self.meta, self._dtype, rank, world)
+                  if isinstance(move, _AxisMove) else
+                  _prepare_redistribute(move, self.meta, self._dtype, rank, world))
+            if fn is not None:
+                fns.append(fn)
+        prepared = (want, tuple(fns))
+        self._prepared[world] = prepared
+        return prepared
+
+
+def _prepare_axis(move: _AxisMove, meta, dtype, rank, world):
+    pl, k = move.placement, move.axis
+    if not pl.has(rank):
+        return None  # a P-reduction inside the source placement: this rank is dst only
+    state_b = move.before[:k] + (B,) + move.before[k + 1:]
+    block = local_shape(meta.shape, pl, state_b, rank)
+    n = pl.hierarchy[k]
+    group = world.group(pl.axis_ranks(rank, k)) if move.rule.communicates else None
+    cx = _Ctx(group, n, pl.coords(rank)[k], block, move.before[k], move.after[k], dtype)
+    return move.rule.make(cx)
+
+
+def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world):
+    shape = meta.shape
+    in_src, in_dst = move.src.has(rank), move.dst.has(rank)
+    src_lo = ([s.start for s in piece(shape, move.src, move.src_sbp, rank)] if in_src else None)
+    out_shape = local_shape(shape, move.dst, move.dst_sbp, rank) if in_dst else None
+    holder = in_dst and _holds_data(move.dst, move.dst_sbp, rank)
+    dst_lo = ([s.start for s in piece(shape, move.dst, move.dst_sbp, rank)] if in_dst else None)
+
+    def local_index(box, lo):
+        return _index([slice(a - o, b - o) for (a, b), o in zip(box, lo)])
+
+    copies, ops = [], []  # ops: (is_send, peer, index), in the global transfer order
+    for t in move.transfers:
+        if t.src == rank and t.dst == rank:
+            copies.append((local_index(t.box, src_lo), local_index(t.box, dst_lo)))
+        elif t.src == rank:
+            ops.append((True, t.dst, local_index(t.box, src_lo)))
+        elif t.dst == rank:
+            ops.append((False, t.src, local_index(t.box, dst_lo)))
+    ops = tuple(ops)
+    copies = tuple(copies)
+    # A holder's piece is covered by the transfers; the rest of a P destination is zeros.
+    alloc = np.empty if holder else np.zeros
+
+    def redistribute(x):
+        out = alloc(out_shape, dtype) if in_dst else None
+        for src_index, dst_index in copies:
+            out[dst_index] = x[src_index]
+        for is_send, peer, index in ops:
+            if is_send:
+                world.send(x[index], peer, _TAG)
+            else:
+                world.recv(out[index], peer, _TAG)
+        return out
+
+    return redistribute
+
+
+# -- the public API -----------------------------------------------------------------------
+@lru_cache(maxsize=4096)
+def plan(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
+         dst_sbp: tuple) -> Plan:
+    """The plan that boxes a tensor of `meta` from (src placement, nd-SBP) to (dst ...)."""
+    _check("boxing.plan", meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    moves = _route(meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    return Plan(meta, (src_placement, src_sbp), (dst_placement, dst_sbp), moves)
+
+
+@lru_cache(maxsize=16384)
+def cost(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
+         dst_sbp: tuple) -> float:
+    """The copy cost of a transition (bytes, with anything -> P penalised), without a plan."""
+    _check("boxing.cost", meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    if src_placement == dst_placement and src_placement.ndim == 1:
+        if src_sbp == dst_sbp:
+            return 0.0
+        # The 1-D table alone: no route search, the common case of signature inference.
+        n = src_placement.size
+        t = math.prod(meta.shape) * _np_dtype(meta.dtype).itemsize
+        return float(_rule(src_sbp[0], dst_sbp[0], n).cost(t, n))
+    return float(sum(m.cost for m in _route(meta, src_placement, src_sbp, dst_placement,
+                                            dst_sbp)))
+
+
+def explain(tensor, placement: Placement, sbp) -> str:
+    """`flow.boxing.explain`: the steps that would box `tensor` to (placement, sbp)."""
+    src_placement = getattr(tensor, "placement", None)
+    if src_placement is None:
+        raise TypeError(
+            f"boxing.explain(): tensor must be global (have a placement and an sbp), got "
+            f"{type(tensor).__name__} without a placement"
+        )
+    if not isinstance(placement, Placement):
+        raise TypeError(f"boxing.explain(): argument 'placement' must be a placement, got "
+                        f"{placement!r}")
+    meta = TensorMeta(tuple(tensor.shape), tensor.dtype)
+    dst_sbp = normalize_sbp(sbp, placement, "boxing.explain")
+    check_split_axes(dst_sbp, len(meta.shape), "boxing.explain")
+    return plan(meta, src_placement, tuple(tensor.sbp), placement, dst_sbp).explain()
+
+
+__all__ = ["Plan", "Step", "cost", "explain", "plan"]

@@ -1,0 +1,63 @@
+"""SBP signature inference for eager global ops.
+
+An op declares 1-D candidate signatures (`OpDef.sbp`). On an nd placement the candidates are
+the product of the 1-D lists, one per grid axis (OneFlow's rule), keeping only those whose
+split axes are long enough for the ranks that cut them. The eager choice: the signature whose
+inputs already match wins; otherwise the one with the least boxing cost (the copy-cost model
+of `boxing.cost`), earlier declared signatures winning ties. All-broadcast is always valid
+(every rank computes the whole op), so it is the fallback for ops that declare nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .._core.meta import TensorMeta
+from .placement import Placement
+from .sbp import B, Signature, Split
+
+
+def _long_enough(sbps, metas, hierarchy) -> bool:
+    """Every split cuts an axis at least as long as its grid axis, after the cuts before it."""
+    for m, nd in zip(metas, sbps):
+        sizes = list(m.shape)
+        for k, x in enumerate(nd):
+            if isinstance(x, Split):
+                if x.axis >= len(sizes) or sizes[x.axis] < hierarchy[k]:
+                    return False
+                sizes[x.axis] //= hierarchy[k]
+    return True
+
+
+def candidates(sigs_1d, in_metas, out_metas, placement: Placement):
+    """nd signatures (tuple of in nd-SBPs, tuple of out nd-SBPs) from 1-D ones."""
+    n_in, n_out = len(in_metas), len(out_metas)
+    all_b = Signature((B,) * n_in, (B,) * n_out)
+    sigs = list(dict.fromkeys([*sigs_1d, all_b]))  # keep declared order, drop repeats
+    hierarchy = placement.hierarchy
+    out = []
+    for combo in itertools.product(sigs, repeat=len(hierarchy)):
+        ins = tuple(tuple(s.inputs[i] for s in combo) for i in range(n_in))
+        outs = tuple(tuple(s.outputs[i] for s in combo) for i in range(n_out))
+        if _long_enough(ins, in_metas, hierarchy) and _long_enough(outs, out_metas, hierarchy):
+            out.append((ins, outs))
+    return out
+
+
+def choose(sigs_1d, in_metas: tuple[TensorMeta, ...], in_sbps: tuple, out_metas,
+           placement: Placement, cost_fn):
+    """The signature to run: (input nd-SBPs, output nd-SBPs).
+
+    `cost_fn(meta, placement, src_sbp, dst_sbp)` is the boxing copy cost on one placement.
+    """
+    best, best_cost = None, None
+    for ins, outs in candidates(sigs_1d, in_metas, out_metas, placement):
+        if ins == in_sbps:
+            return ins, outs  # nothing to box
+        total = 0.0
+        for m, have, want in zip(in_metas, in_sbps, ins):
+            if have != want:
+                total += cost_fn(m, placement, have, want)
+        if best_cost is None or total < best_cost:
+            best, best_cost = (ins, outs), total
+    return best
