@@ -94,7 +94,7 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
     if src.placement == placement and src.sbp == sbp:
         return t
     plan = boxing.plan(t._meta, src.placement, src.sbp, placement, sbp)
-    rank = comm.get_rank()
+    rank = _rank()
     out, out_blob = _new_output(t._meta, t._device, placement, sbp, rank)
     if rank not in plan.participants():
         return out
@@ -128,29 +128,68 @@ def consistency_check_enabled() -> bool:
     return _CHECK
 
 
-_SIG_CACHE: dict = {}
+class _CallPlan(NamedTuple):
+    """Everything about one global op call that depends only on its metadata (cached)."""
+
+    out_metas: tuple
+    want: tuple  # the nd-SBP each input must have for the kernel
+    in_local: tuple  # this rank's input piece metas, after boxing
+    out_gls: tuple  # GlobalInfo of each output
+    pieces: tuple  # per output, the slices of the logical output this rank computes
 
 
-def _signature(opdef, in_metas, in_sbps, out_metas, placement, attrs):
+_PLANS: dict = {}
+
+
+def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _CallPlan:
     try:
         values = tuple(attrs.values())
-        key = (opdef.name, in_metas, in_sbps, placement, values, tuple(map(type, values)))
-        hit = _SIG_CACHE.get(key)
+        key = (opdef.name, in_metas, in_sbps, placement, values, tuple(map(type, values)),
+               creation_sbp)
+        hit = _PLANS.get(key)
     except TypeError:
         key, hit = None, None
-    if hit is None:
-        hit = infer.choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps, out_metas,
-                           placement, _same_placement_cost)
-        if key is not None and len(_SIG_CACHE) < 65536:
-            _SIG_CACHE[key] = hit
+    if hit is not None:
+        return hit
+    out_metas = opdef.meta(in_metas, attrs)
+    if in_metas:
+        want, out_sbps = infer.choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps,
+                                      out_metas, placement, _same_placement_cost)
+    else:
+        want, out_sbps = (), _creation_sbps(opdef, out_metas, placement, creation_sbp, attrs)
+    rank = _rank()
+    out_gls = tuple(GlobalInfo(placement, s, _local_meta(m, placement, s, rank))
+                    for m, s in zip(out_metas, out_sbps))
+    member = placement.has(rank)
+    hit = _CallPlan(
+        out_metas, want, tuple(_local_meta(m, placement, s, rank) for m, s in zip(in_metas, want)),
+        out_gls,
+        tuple(layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas, out_sbps))
+        if member else (),
+    )
+    if key is not None and len(_PLANS) < 65536:
+        _PLANS[key] = hit
     return hit
+
+
+_RANK: int | None = None
+
+
+def _rank() -> int:
+    global _RANK
+    if _RANK is None:
+        _RANK = comm.get_rank()
+    return _RANK
 
 
 def _same_placement_cost(meta, placement, src, dst):
     return boxing.cost(meta, placement, src, placement, dst)
 
 
-def _common_placement(opdef, tensors) -> Placement:
+def _common_placement(opdef, tensors):
+    """(placement, tensors): the placement the op runs on, and the inputs with 0-d tensors
+    from other placements moved to it as broadcast (OneFlow does the same); any other
+    difference of placements is an error."""
     placement = None
     for t in tensors:
         gl = t._gl
@@ -161,52 +200,50 @@ def _common_placement(opdef, tensors) -> Placement:
                 f"(local {t._type_name()} {list(t.shape)}); convert it with .to_global("
                 "placement, sbp)",
             )
-        if placement is None:
+        if placement is None or gl.placement is placement:
             placement = gl.placement
-        elif gl.placement != placement and t._meta.shape:
-            raise op_error(
-                opdef.name,
-                "expected all tensors to be on the same placement, but found at least two "
-                f"placements, {placement} and {gl.placement}; move one with .to_global()",
-            )
-    return placement
-
-
-def _onto(t: Tensor, placement: Placement) -> Tensor:
-    """A 0-d tensor on another placement moves to the op's as broadcast (OneFlow does too)."""
-    gl = t._gl
-    if gl.placement == placement:
-        return t
-    return to_global(t, placement, (B,) * placement.ndim)
+        elif gl.placement != placement:
+            if t._meta.shape and tensors[0]._meta.shape:
+                raise op_error(
+                    opdef.name,
+                    "expected all tensors to be on the same placement, but found at least two "
+                    f"placements, {placement} and {gl.placement}; move one with .to_global()",
+                )
+            if not t._meta.shape:
+                continue  # moved below
+            placement = gl.placement  # the earlier tensors were 0-d: they move
+    if any(t._gl.placement is not placement and t._gl.placement != placement for t in tensors):
+        tensors = [t if t._gl.placement == placement else
+                   to_global(t, placement, (B,) * placement.ndim) for t in tensors]
+    return placement, tensors
 
 
 def apply_global(opdef, tensors, attrs, device=None, generator=None):
-    """Run one op eagerly on global tensors (or create one on `device`, a GlobalDevice)."""
-    rank = comm.get_rank()
+    """Run one op eagerly on global tensors (or create one on `device`, a GlobalDevice).
+
+    The hot path of global eager mode: keep it lean (see benchmarks/global_overhead.py).
+    """
     if tensors:
-        placement = _common_placement(opdef, tensors)
-        tensors = [_onto(t, placement) for t in tensors]
+        placement, tensors = _common_placement(opdef, tensors)
         dev = tensors[0]._device
+        creation_sbp = None
     else:
         placement = device.placement
         dev = interpreter._CPU if placement.type == "cpu" else interpreter.Device(placement.type)
+        creation_sbp = device.sbp
     in_metas = tuple([t._meta for t in tensors])
-    out_metas = opdef.meta(in_metas, attrs)
     in_sbps = tuple([t._gl.sbp for t in tensors])
     if _CHECK:
         _check_consistent(opdef.name, placement, in_metas, in_sbps, attrs)
-    if tensors:
-        want, out_sbps = _signature(opdef, in_metas, in_sbps, out_metas, placement, attrs)
-        boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, want)]
-    else:
-        out_sbps, boxed = _creation_sbps(opdef, out_metas, placement, device.sbp, attrs), []
-
-    member = placement.has(rank)
+    plan = _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp)
+    boxed = tensors
+    if in_sbps != plan.want:
+        boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, plan.want)]
+    member = bool(plan.pieces)
+    out_metas = plan.out_metas
     outs, out_blobs = [], []
     if opdef.view:
-        src = boxed[0]
-        out_gl = GlobalInfo(placement, out_sbps[0],
-                            _local_meta(out_metas[0], placement, out_sbps[0], rank))
+        src, out_gl = boxed[0], plan.out_gls[0]
         blob = Blob()
         if member:
             strides, offset = interpreter._view_layout(opdef, _local_alias(src),
@@ -218,29 +255,28 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
         interpreter._link_view(outs[0], src, opdef, attrs)
         out_blobs.append(blob)
     else:
-        for m, s in zip(out_metas, out_sbps):
-            t, b = _new_output(m, dev, placement, s, rank)
-            outs.append(t)
-            out_blobs.append(b)
+        for m, gl in zip(out_metas, plan.out_gls):
+            blob = Blob()
+            if not member:
+                blob.array = _empty_piece(gl.local_meta, dev.prims)
+            outs.append(make(blob, m, dev, gl))
+            out_blobs.append(blob)
     seed = offset = 0
     if opdef.random:
         # Every rank advances the generator by the logical draw, so streams stay in step.
         gen = default_generator if generator is None else generator
         seed, offset = gen.take(dev.prims.words_used("normal", sum(m.numel for m in out_metas)))
     if member:
-        ctx = KernelContext(
-            dev.prims, opdef.name, tuple([t._gl.local_meta for t in boxed]),
-            tuple([o._gl.local_meta for o in outs]), in_metas, out_metas,
-            tuple([layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas,
-                                                                              out_sbps)]),
-            seed, offset,
-        )
+        ctx = KernelContext(dev.prims, opdef.name, plan.in_local,
+                            tuple([gl.local_meta for gl in plan.out_gls]), in_metas, out_metas,
+                            plan.pieces, seed, offset)
         _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in boxed],
                          [t._storage for t in boxed], out_blobs,
                          () if opdef.view else [o._storage for o in outs],
                          variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
     if not tensors:
-        outs = _finish_creation(outs, out_metas, placement, device.sbp)
+        if creation_sbp is not None:
+            outs = [box(o, placement, creation_sbp) for o in outs]
     elif opdef.grad is not None and is_grad_enabled():
         for t in tensors:
             if t._requires_grad or (t._base is not None and t.requires_grad):
@@ -259,12 +295,6 @@ def _creation_sbps(opdef, out_metas, placement, sbp, attrs):
     ok = all(x in declared for x in wanted) and infer._long_enough(
         (wanted,), out_metas, placement.hierarchy)
     return ((wanted if ok else (B,) * placement.ndim),) * len(out_metas)
-
-
-def _finish_creation(outs, out_metas, placement, sbp):
-    if sbp is None:
-        return outs
-    return [box(o, placement, sbp) for o in outs]
 
 
 # -- consistency check ------------------------------------------------------------------------
@@ -368,7 +398,7 @@ def to_local(t: Tensor, *, copy: bool = False) -> Tensor:
 
 
 def _local_to_global(t, placement, sbp, grad_sbp, check_meta) -> Tensor:
-    rank = comm.get_rank()
+    rank = _rank()
     meta = _logical_meta(t, placement, sbp, check_meta)
     local_meta = _local_meta(meta, placement, sbp, rank)
     gl = GlobalInfo(placement, sbp, local_meta)
@@ -561,7 +591,7 @@ def from_logical(host: np.ndarray, dtype, where: GlobalDevice) -> Tensor:
     layout.check_split_axes(sbp, host.ndim, "tensor")
     dev = Device(placement.type)
     meta = TensorMeta(tuple(int(n) for n in host.shape), dtype)
-    rank = comm.get_rank()
+    rank = _rank()
     made = tuple(B if x == P else x for x in sbp)  # P: made as B, then boxed (no comm)
     gl = GlobalInfo(placement, made, _local_meta(meta, placement, made, rank))
     if placement.has(rank):

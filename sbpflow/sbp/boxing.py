@@ -608,19 +608,37 @@ def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world):
 
 
 # -- the public API -----------------------------------------------------------------------
-@lru_cache(maxsize=4096)
 def plan(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
          dst_sbp: tuple) -> Plan:
-    """The plan that boxes a tensor of `meta` from (src placement, nd-SBP) to (dst ...)."""
+    """The plan that boxes a tensor of `meta` from (src placement, nd-SBP) to (dst ...).
+
+    Cached: the same arguments give the same Plan object."""
+    try:
+        return _plan(meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    except TypeError:  # unhashable arguments: say which one is wrong
+        _check("boxing.plan", meta, src_placement, src_sbp, dst_placement, dst_sbp)
+        raise
+
+
+@lru_cache(maxsize=4096)
+def _plan(meta, src_placement, src_sbp, dst_placement, dst_sbp) -> Plan:
     _check("boxing.plan", meta, src_placement, src_sbp, dst_placement, dst_sbp)
     moves = _route(meta, src_placement, src_sbp, dst_placement, dst_sbp)
     return Plan(meta, (src_placement, src_sbp), (dst_placement, dst_sbp), moves)
 
 
-@lru_cache(maxsize=16384)
 def cost(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
          dst_sbp: tuple) -> float:
     """The copy cost of a transition (bytes, with anything -> P penalised), without a plan."""
+    try:
+        return _cost(meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    except TypeError:  # unhashable arguments: say which one is wrong
+        _check("boxing.cost", meta, src_placement, src_sbp, dst_placement, dst_sbp)
+        raise
+
+
+@lru_cache(maxsize=16384)
+def _cost(meta, src_placement, src_sbp, dst_placement, dst_sbp) -> float:
     _check("boxing.cost", meta, src_placement, src_sbp, dst_placement, dst_sbp)
     if src_placement == dst_placement and src_placement.ndim == 1:
         if src_sbp == dst_sbp:
@@ -631,6 +649,10 @@ def cost(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placemen
         return float(_rule(src_sbp[0], dst_sbp[0], n).cost(t, n))
     return float(sum(m.cost for m in _route(meta, src_placement, src_sbp, dst_placement,
                                             dst_sbp)))
+
+
+plan.cache_info, plan.cache_clear = _plan.cache_info, _plan.cache_clear
+cost.cache_info, cost.cache_clear = _cost.cache_info, _cost.cache_clear
 
 
 def explain(tensor, placement: Placement, sbp) -> str:
