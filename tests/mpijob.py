@@ -50,6 +50,9 @@ def job_env(extra: dict | None = None) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     # Several ranks share 2 cores: one BLAS thread each.
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # Global ops compare their metadata across ranks before running (a diverging rank fails
+    # with both sides named instead of deadlocking); jobs may turn it off with "0".
+    env.setdefault("SBPFLOW_CHECK_GLOBAL", "1")
     env.update(extra or {})
     return env
 

@@ -9,6 +9,14 @@ generates answers greedily for held-out sequences; we report the fraction sorted
 Data-parallel: `python -m sbpflow.distributed.launch --nproc-per-node 2 -m
 sbpflow.examples.gpt` runs one replica per rank under DistributedDataParallel; each rank draws
 its own `--batch-size` examples per step (its own random stream).
+
+Global tensors: add `--global` (with or without the launcher). The program is the
+single-device one: the parameters are broadcast (`model.to_global(placement, B)`), each step's
+batch of `--batch-size` examples is the logical tensor split by rows (`S(0)`: every rank draws
+the same batch, as the single-device run does, and keeps its own rows), and there is no DDP
+wrapper: the gradient of a broadcast parameter comes out partial-sum on each rank, and autograd
+boxes it back to broadcast, which is the all-reduce. Any number of ranks computes the same
+losses as `python -m sbpflow.examples.gpt` on one device, up to float rounding.
 """
 
 from __future__ import annotations
@@ -53,19 +61,32 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[1]
-        pos = flow.arange(t)
+        if idx.is_global:  # positions every rank needs whole: broadcast on idx's placement
+            pos = flow.arange(t, placement=idx.placement,
+                              sbp=[flow.sbp.broadcast] * len(idx.sbp))
+        else:
+            pos = flow.arange(t)
         h = self.tok(idx) + self.pos(pos)
         h = self.blocks(h, mask=self.causal[:t, :t])
         return self.head(self.norm(h))
 
 
-def sort_accuracy(model, rng, length: int, n: int = 256) -> float:
-    """Greedy generation of the sorted half; fraction of sequences exactly right."""
+def as_input(array: np.ndarray, placement=None):
+    """A batch as a tensor: local, or global split by rows over `placement` (every rank passes
+    the same logical array and keeps its own rows, no communication)."""
+    if placement is None:
+        return flow.tensor(array)
+    return flow.tensor(array, placement=placement, sbp=flow.sbp.split(0))
+
+
+def sort_accuracy(model, rng, length: int, n: int = 256, placement=None) -> float:
+    """Greedy generation of the sorted half; fraction of sequences exactly right.
+    With a placement (a global model) the held-out sequences are split over its ranks."""
     x, _ = make_batch(rng, n, length)
     prompt = x[:, : length + 1]
     model.eval()
     with flow.no_grad():
-        seq = flow.tensor(prompt)
+        seq = as_input(prompt, placement)
         for _ in range(length):
             logits = model(seq)[:, -1]
             nxt = logits.argmax(dim=-1, keepdim=True)
@@ -83,32 +104,48 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--global", dest="use_global", action="store_true",
+                   help="data-parallel with global tensors: parameters broadcast, the batch "
+                        "(--batch-size in all) split by rows over the ranks")
+    p.add_argument("--log-every", type=int, default=100)
     args = p.parse_args(argv)
 
     rank, world = flow.env.get_rank(), flow.env.get_world_size()
     flow.manual_seed(args.seed)
-    rng = np.random.default_rng([args.seed, rank])  # each rank its own examples
+    placement = flow.placement("cpu", list(range(world))) if args.use_global else None
+    # Global: every rank draws the whole logical batch from the stream the single-device run
+    # uses; otherwise each rank its own examples.
+    rng = np.random.default_rng([args.seed, 0 if args.use_global else rank])
     model = TinyGPT(block=2 * args.length + 1)
-    train_model = DistributedDataParallel(model) if world > 1 else model
+    if args.use_global:
+        model.to_global(placement, flow.sbp.broadcast)  # rank 0's initial weights everywhere
+        train_model = model
+    else:
+        train_model = DistributedDataParallel(model) if world > 1 else model
     opt = flow.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     sched = flow.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     t0 = time.time()
     for step in range(1, args.steps + 1):
         x, y = make_batch(rng, args.batch_size, args.length)
-        logits = train_model(flow.tensor(x))
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), flow.tensor(y).reshape(-1))
+        logits = train_model(as_input(x, placement))
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), as_input(y, placement).reshape(-1))
         opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if (step % 100 == 0 or step == 1) and rank == 0:
-            print(f"step {step:4d}  loss {loss.item():.4f}  ({time.time() - t0:.1f} s)")
-    acc = sort_accuracy(model, np.random.default_rng(args.seed + 1), args.length)
+        if step % args.log_every == 0 or step == 1:
+            value = loss.item()  # of a global loss: a collective, every rank takes part
+            if rank == 0:
+                print(f"step {step:4d}  loss {value:.4f}  ({time.time() - t0:.1f} s)")
+    train_s = time.time() - t0
+    acc = sort_accuracy(model, np.random.default_rng(args.seed + 1), args.length,
+                        placement=placement)
     if rank == 0:
+        mode = ", global tensors" if args.use_global else ""
         print(f"sorted exactly: {acc:.3f} of 256 held-out sequences "
               f"({time.time() - t0:.1f} s, {args.steps} steps, {world} "
-              f"rank{'s' if world > 1 else ''})")
+              f"rank{'s' if world > 1 else ''}{mode}; training {train_s:.1f} s)")
     return acc
 
 

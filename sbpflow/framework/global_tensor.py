@@ -103,13 +103,14 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
     world = comm.world()
 
     def run():
-        local = np.ascontiguousarray(in_blob.array) if in_src else None
+        local = np.require(in_blob.array, requirements="C") if in_src else None  # keeps 0-d
         res = plan.run(local, world)
         if in_dst:
             out_blob.array = res
 
     _builder.collective("boxing", run, ins=(in_blob,), outs=(out_blob,) if in_dst else (),
-                        reads=(t._storage,), writes=(out._storage,) if in_dst else ())
+                        reads=(t._storage,), writes=(out._storage,) if in_dst else (),
+                        numel=t._meta.numel)
     return out
 
 
@@ -596,7 +597,7 @@ def from_logical(host: np.ndarray, dtype, where: GlobalDevice) -> Tensor:
     gl = GlobalInfo(placement, made, _local_meta(meta, placement, made, rank))
     if placement.has(rank):
         part = host[layout.piece(meta.shape, placement, made, rank)]
-        blob = Blob(dev.prims.from_host(np.ascontiguousarray(part), dtype))
+        blob = Blob(dev.prims.from_host(np.require(part, requirements="C"), dtype))  # 0-d too
     else:
         blob = Blob(_empty_piece(gl.local_meta, dev.prims))
     t = make(blob, meta, dev, gl)

@@ -155,6 +155,9 @@ class Tensor:
         return st if dim is None else st[dim]
 
     def is_contiguous(self, memory_format=None) -> bool:
+        if self._gl is not None:  # a global tensor is as contiguous as its piece
+            shape = self._gl.local_meta.shape
+            return _canonical_strides(shape, self._strides) == _contiguous_strides(shape)
         return self.stride() == _contiguous_strides(self._meta.shape)
 
     def data_ptr(self) -> int:

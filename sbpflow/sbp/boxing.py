@@ -34,6 +34,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .._core.meta import TensorMeta
+from ..device import primitives as _primitives
 from .layout import balanced_bounds, check_split_axes, local_shape, normalize_sbp, piece
 from .placement import Placement
 from .sbp import B, Broadcast, P, Sbp, Split
@@ -94,8 +95,37 @@ def _leading(shape: tuple, axis: int) -> bool:
     return math.prod(shape[:axis]) == 1
 
 
-def _pack(x: np.ndarray, slabs, dtype) -> np.ndarray:
-    buf = np.empty(slabs[-1].stop, dtype)
+class _Memory:
+    """Where pieces and scratch buffers come from: the device's caching allocator, so a large
+    piece reuses a freed buffer (the VM hands buffers back when a tensor dies) instead of
+    faulting in fresh pages on every boxing."""
+
+    __slots__ = ("empty", "_free_last")
+
+    def __init__(self, device_type: str):
+        allocator = getattr(_primitives(device_type), "allocator", None)
+        self.empty = allocator.empty if allocator is not None else np.empty
+        self._free_last = allocator.free_last if allocator is not None else None
+
+    def zeros(self, shape, dtype) -> np.ndarray:
+        out = self.empty(shape, dtype)
+        out.fill(0)
+        return out
+
+    def copy(self, x: np.ndarray) -> np.ndarray:
+        out = self.empty(x.shape, x.dtype)
+        np.copyto(out, x)
+        return out
+
+    def release(self, holder: list) -> None:
+        """Give back the scratch buffers in `holder` (the caller keeps no other reference;
+        the allocator checks the reference count and keeps a buffer still in use)."""
+        while holder and self._free_last is not None:
+            self._free_last(holder)  # pops the array from the list; no reference remains
+
+
+def _pack(x: np.ndarray, slabs, mem: _Memory) -> np.ndarray:
+    buf = mem.empty((slabs[-1].stop,), x.dtype)
     for s in slabs:
         if s.stop > s.start:
             np.copyto(buf[s.start:s.stop].reshape(s.shape), x[s.index])
@@ -119,24 +149,25 @@ class _Ctx(NamedTuple):
     src: Sbp
     dst: Sbp
     dtype: np.dtype
+    mem: _Memory
 
 
 def _make_copy(cx: _Ctx):
     # Same SBP, or a group of one rank: every piece already is the target piece.
-    return lambda x: x.copy()
+    return cx.mem.copy
 
 
 def _make_all_reduce(cx: _Ctx):
-    g, shape, dtype = cx.group, cx.block, cx.dtype
+    g, shape, dtype, empty = cx.group, cx.block, cx.dtype, cx.mem.empty
 
     def all_reduce(x):
-        return g.all_reduce(x, out=np.empty(shape, dtype))
+        return g.all_reduce(x, out=empty(shape, dtype))
 
     return all_reduce
 
 
 def _make_reduce_scatter(cx: _Ctx):
-    g, dtype = cx.group, cx.dtype
+    g, dtype, mem = cx.group, cx.dtype, cx.mem
     axis = cx.dst.axis
     slabs = _slabs(cx.block, axis, cx.n)
     counts = [s.stop - s.start for s in slabs]
@@ -144,33 +175,41 @@ def _make_reduce_scatter(cx: _Ctx):
     direct = _leading(cx.block, axis)
 
     def reduce_scatter(x):
-        send = x.reshape(-1) if direct else _pack(x, slabs, dtype)
-        out = np.empty(out_shape, dtype)
-        g.reduce_scatter(send, sizes=counts, out=out.reshape(-1))
+        out = mem.empty(out_shape, dtype)
+        if direct:
+            g.reduce_scatter(x.reshape(-1), sizes=counts, out=out.reshape(-1))
+        else:
+            scratch = [_pack(x, slabs, mem)]  # slab r along axis i, end to end, to rank r
+            g.reduce_scatter(scratch[0], sizes=counts, out=out.reshape(-1))
+            mem.release(scratch)
         return out
 
     return reduce_scatter
 
 
 def _make_all_gather(cx: _Ctx):
-    g, dtype, shape = cx.group, cx.dtype, cx.block
+    g, dtype, shape, mem = cx.group, cx.dtype, cx.block, cx.mem
     slabs = _slabs(shape, cx.src.axis, cx.n)
     counts = [s.stop - s.start for s in slabs]
     direct = _leading(shape, cx.src.axis)
 
     def all_gather(x):
-        out = np.empty(shape, dtype)
+        out = mem.empty(shape, dtype)
         if direct:
             g.all_gather(x.reshape(-1), sizes=counts, out=out.reshape(-1))
         else:
-            _unpack(g.all_gather(x.reshape(-1), sizes=counts), slabs, out)
+            # Rank r's slab arrives as a block; each block goes to its place along axis i.
+            scratch = [mem.empty((slabs[-1].stop,), dtype)]
+            g.all_gather(x.reshape(-1), sizes=counts, out=scratch[0])
+            _unpack(scratch[0], slabs, out)
+            mem.release(scratch)
         return out
 
     return all_gather
 
 
 def _make_all_to_all(cx: _Ctx):
-    g, dtype, n, c = cx.group, cx.dtype, cx.n, cx.c
+    g, dtype, n, c, mem = cx.group, cx.dtype, cx.n, cx.c, cx.mem
     i, j = cx.src.axis, cx.dst.axis
     mine = _slabs(cx.block, i, n)[c].shape  # this rank's piece: slab c along i
     send_slabs = _slabs(mine, j, n)  # slab r along j goes to rank r
@@ -179,14 +218,20 @@ def _make_all_to_all(cx: _Ctx):
     send_counts = [s.stop - s.start for s in send_slabs]
     recv_counts = [s.stop - s.start for s in recv_slabs]
     send_direct, recv_direct = _leading(mine, j), _leading(out_shape, i)
+    total = recv_slabs[-1].stop
 
     def all_to_all(x):
-        send = x.reshape(-1) if send_direct else _pack(x, send_slabs, dtype)
-        out = np.empty(out_shape, dtype)
-        if recv_direct:
-            g.all_to_all(send, send_counts, recv_counts, out=out.reshape(-1))
-        else:
-            _unpack(g.all_to_all(send, send_counts, recv_counts), recv_slabs, out)
+        out = mem.empty(out_shape, dtype)
+        # Scratch buffers, held only by these lists so that they can be given back.
+        packed = [] if send_direct else [_pack(x, send_slabs, mem)]
+        arrived = [] if recv_direct else [mem.empty((total,), dtype)]
+        g.all_to_all(packed[0] if packed else x.reshape(-1), send_counts, recv_counts,
+                     out=arrived[0] if arrived else out.reshape(-1))
+        if arrived:
+            _unpack(arrived[0], recv_slabs, out)
+            mem.release(arrived)
+        if packed:
+            mem.release(packed)
         return out
 
     return all_to_all
@@ -194,22 +239,23 @@ def _make_all_to_all(cx: _Ctx):
 
 def _make_slice(cx: _Ctx):
     index = _slabs(cx.block, cx.dst.axis, cx.n)[cx.c].index
-    return lambda x: x[index].copy()
+    copy = cx.mem.copy
+    return lambda x: copy(x[index])
 
 
 def _make_keep_on_first(cx: _Ctx):
     if cx.c == 0:
-        return lambda x: x.copy()
-    shape, dtype = cx.block, cx.dtype
-    return lambda x: np.zeros(shape, dtype)
+        return cx.mem.copy
+    shape, dtype, zeros = cx.block, cx.dtype, cx.mem.zeros
+    return lambda x: zeros(shape, dtype)
 
 
 def _make_pad_with_zeros(cx: _Ctx):
-    shape, dtype = cx.block, cx.dtype
+    shape, dtype, zeros = cx.block, cx.dtype, cx.mem.zeros
     index = _slabs(shape, cx.src.axis, cx.n)[cx.c].index
 
     def pad_with_zeros(x):
-        out = np.zeros(shape, dtype)
+        out = zeros(shape, dtype)
         out[index] = x
         return out
 
@@ -546,10 +592,11 @@ class Plan:
         want = (local_shape(self.meta.shape, src_placement, src_sbp, rank)
                 if src_placement.has(rank) else None)
         fns = []
+        mem = _Memory(self.dst[0].type)
         for move in self._moves:
-            fn = (_prepare_axis(move, self.meta, self._dtype, rank, world)
+            fn = (_prepare_axis(move, self.meta, self._dtype, rank, world, mem)
                   if isinstance(move, _AxisMove) else
-                  _prepare_redistribute(move, self.meta, self._dtype, rank, world))
+                  _prepare_redistribute(move, self.meta, self._dtype, rank, world, mem))
             if fn is not None:
                 fns.append(fn)
         prepared = (want, tuple(fns))
@@ -557,7 +604,7 @@ class Plan:
         return prepared
 
 
-def _prepare_axis(move: _AxisMove, meta, dtype, rank, world):
+def _prepare_axis(move: _AxisMove, meta, dtype, rank, world, mem):
     pl, k = move.placement, move.axis
     if not pl.has(rank):
         return None  # a P-reduction inside the source placement: this rank is dst only
@@ -565,11 +612,11 @@ def _prepare_axis(move: _AxisMove, meta, dtype, rank, world):
     block = local_shape(meta.shape, pl, state_b, rank)
     n = pl.hierarchy[k]
     group = world.group(pl.axis_ranks(rank, k)) if move.rule.communicates else None
-    cx = _Ctx(group, n, pl.coords(rank)[k], block, move.before[k], move.after[k], dtype)
+    cx = _Ctx(group, n, pl.coords(rank)[k], block, move.before[k], move.after[k], dtype, mem)
     return move.rule.make(cx)
 
 
-def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world):
+def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world, mem):
     shape = meta.shape
     in_src, in_dst = move.src.has(rank), move.dst.has(rank)
     src_lo = ([s.start for s in piece(shape, move.src, move.src_sbp, rank)] if in_src else None)
@@ -591,7 +638,7 @@ def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world):
     ops = tuple(ops)
     copies = tuple(copies)
     # A holder's piece is covered by the transfers; the rest of a P destination is zeros.
-    alloc = np.empty if holder else np.zeros
+    alloc = mem.empty if holder else mem.zeros
 
     def redistribute(x):
         out = alloc(out_shape, dtype) if in_dst else None

@@ -29,8 +29,11 @@ def _long_enough(sbps, metas, hierarchy) -> bool:
     return True
 
 
-def candidates(sigs_1d, in_metas, out_metas, placement: Placement):
-    """nd signatures (tuple of in nd-SBPs, tuple of out nd-SBPs) from 1-D ones."""
+def candidates(sigs_1d, in_metas, out_metas, placement: Placement, keep=None):
+    """nd signatures (tuple of in nd-SBPs, tuple of out nd-SBPs) from 1-D ones. A signature
+    whose inputs are `keep` (the inputs' current nd-SBPs) stays even where its splits are
+    short: those pieces exist already (some empty), and boxing them away would change the
+    SBP on every op (a leaf's gradient would not keep the leaf's SBP)."""
     n_in, n_out = len(in_metas), len(out_metas)
     all_b = Signature((B,) * n_in, (B,) * n_out)
     sigs = list(dict.fromkeys([*sigs_1d, all_b]))  # keep declared order, drop repeats
@@ -39,7 +42,8 @@ def candidates(sigs_1d, in_metas, out_metas, placement: Placement):
     for combo in itertools.product(sigs, repeat=len(hierarchy)):
         ins = tuple(tuple(s.inputs[i] for s in combo) for i in range(n_in))
         outs = tuple(tuple(s.outputs[i] for s in combo) for i in range(n_out))
-        if _long_enough(ins, in_metas, hierarchy) and _long_enough(outs, out_metas, hierarchy):
+        if ins == keep or (_long_enough(ins, in_metas, hierarchy)
+                           and _long_enough(outs, out_metas, hierarchy)):
             out.append((ins, outs))
     return out
 
@@ -51,7 +55,7 @@ def choose(sigs_1d, in_metas: tuple[TensorMeta, ...], in_sbps: tuple, out_metas,
     `cost_fn(meta, placement, src_sbp, dst_sbp)` is the boxing copy cost on one placement.
     """
     best, best_cost = None, None
-    for ins, outs in candidates(sigs_1d, in_metas, out_metas, placement):
+    for ins, outs in candidates(sigs_1d, in_metas, out_metas, placement, in_sbps):
         if ins == in_sbps:
             return ins, outs  # nothing to box
         total = 0.0

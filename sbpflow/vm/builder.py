@@ -48,10 +48,11 @@ class InstructionsBuilder:
         vm.issue(instr, vm.stream(stream), reads=reads, writes=writes)
         return instr
 
-    def collective(self, name, fn, *, ins=(), outs=(), reads=(), writes=()):
-        """A collective on the comm stream: kept in issue order on every rank."""
+    def collective(self, name, fn, *, ins=(), outs=(), reads=(), writes=(), numel=None):
+        """A collective on the comm stream: kept in issue order on every rank.  A small one
+        (`numel` elements) runs inline when the comm stream is idle, as a small op does."""
         return self.call(name, fn, ins=ins, outs=outs, reads=reads, writes=writes,
-                         stream="comm", kind="collective")
+                         stream="comm", kind="collective", numel=numel)
 
     def copy(self, name, fn, *, ins=(), outs=(), reads=(), writes=(), stream="copy"):
         """A copy between devices, on a copy stream."""

@@ -58,7 +58,7 @@ def fill_(self: Tensor, value) -> Tensor:
 
     full = interpreter.apply(registry.get("full"), (),
                              {"shape": tuple(self.shape), "fill_value": value,
-                              "dtype": self.dtype}, device=self.device)
+                              "dtype": self.dtype}, device=self._where())
     return interpreter.assign(self, full, "fill_")
 
 

@@ -155,7 +155,7 @@ def _split_key(x: Tensor, key):
         items = tuple(key)
     else:
         items = (key,)
-    parsed = [_classify(k, x.device) for k in items]
+    parsed = [_classify(k, x._where()) for k in items]
     # torch lets the first Ellipsis take every unmentioned axis and later ones take none
     first = next((i for i, (kind, _, _) in enumerate(parsed) if kind == "ellipsis"), None)
     parsed = [p for i, p in enumerate(parsed) if p[0] != "ellipsis" or i == first]
@@ -183,7 +183,7 @@ def _split_key(x: Tensor, key):
         elif kind == "bool":  # x[True] adds an axis and keeps it, x[False] empties it
             basic.append(("none",))
             advanced.append((axis, _tensor([0] if value else [], dtype=dt.int64,
-                                           device=x.device)))
+                                           device=x._where())))
             axis += 1
         else:
             basic.extend([FULL] * n)
@@ -212,7 +212,7 @@ def _advanced_key(view: Tensor, advanced):
                         f"the shape of the indexed tensor {list(shape)} at index {axis + j}")
             for j, positions in enumerate(np.nonzero(_host_values(t))):
                 entries[axis + j] = ("tensor", len(indices))
-                indices.append(_tensor(positions.astype(np.int64), device=view.device))
+                indices.append(_tensor(positions.astype(np.int64), device=view._where()))
         else:
             entries[axis] = ("tensor", len(indices))
             indices.append(t)
@@ -257,9 +257,9 @@ def _value_tensor(value, like: Tensor) -> Tensor:
     if is_scalar(value):
         return interpreter.apply(registry.get("full"), (),
                                  {"shape": (), "fill_value": value, "dtype": like.dtype},
-                                 device=like.device)
+                                 device=like._where())
     try:
-        return _strip_leading_ones(_tensor(value, dtype=like.dtype, device=like.device))
+        return _strip_leading_ones(_tensor(value, dtype=like.dtype, device=like._where()))
     except (TypeError, ValueError):
         raise TypeError(f"can't assign a {type(value).__name__} to a "
                         f"{like._type_name().replace('torch', 'sbpflow')}") from None
@@ -440,12 +440,12 @@ def nonzero(input: Tensor, *, as_tuple: bool = False):
     host = _host_values(input)
     if as_tuple:
         if host.ndim == 0:
-            return (_tensor(np.zeros(int(host != 0), np.int64), device=input.device),)
-        return tuple(_tensor(p.astype(np.int64), device=input.device)
+            return (_tensor(np.zeros(int(host != 0), np.int64), device=input._where()),)
+        return tuple(_tensor(p.astype(np.int64), device=input._where())
                      for p in np.nonzero(host))
     positions = np.argwhere(host).astype(np.int64) if host.ndim else np.zeros(
         (int(host != 0), 0), np.int64)
-    return _tensor(positions, device=input.device)
+    return _tensor(positions, device=input._where())
 
 
 def argwhere(input: Tensor) -> Tensor:

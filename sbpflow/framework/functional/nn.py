@@ -311,7 +311,7 @@ def _feature_dropout(name, input, p, training, inplace, batched_ndim):
     lead = 2 if input.ndim == batched_ndim else 1
     noise_shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
     # dropout of ones is the scaled keep-mask itself.
-    noise = _dropout(creation.ones(noise_shape, dtype=input.dtype, device=input.device), p)
+    noise = _dropout(creation.ones(noise_shape, dtype=input.dtype, device=input._where()), p)
     if inplace:
         return input.mul_(noise)
     return input * noise
@@ -370,9 +370,9 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     # The op always takes an affine pair; identity ones stand in for missing ones.
     if weight is None:
-        weight = creation.ones(ns, dtype=input.dtype, device=input.device)
+        weight = creation.ones(ns, dtype=input.dtype, device=input._where())
     if bias is None:
-        bias = creation.zeros(ns, dtype=input.dtype, device=input.device)
+        bias = creation.zeros(ns, dtype=input.dtype, device=input._where())
     return call("layer_norm", input, weight, bias, normalized_shape=ns, eps=eps)
 
 
@@ -502,7 +502,7 @@ def _embedding_renorm(weight: Tensor, indices: Tensor, max_norm: float, norm_typ
     place and outside autograd."""
     with no_grad():
         flat = indices.reshape(-1)
-        ones = creation.ones((flat.shape[0], 1), dtype=weight.dtype, device=weight.device)
+        ones = creation.ones((flat.shape[0], 1), dtype=weight.dtype, device=weight._where())
         used = call("embedding_grad", ones, flat, num_weights=weight.shape[0]) > 0
         if norm_type == 2:
             norms = (weight * weight).sum(dim=1, keepdim=True).sqrt()
@@ -549,7 +549,7 @@ def _nll(input: Tensor, target: Tensor, weight, reduction: str, ignore_index: in
                              f"{target.shape[0]}")
         target = target.reshape(())
     if weight is None:
-        weight = creation.ones((c,), dtype=input.dtype, device=input.device)
+        weight = creation.ones((c,), dtype=input.dtype, device=input._where())
     if target.dtype in (dt.int64, dt.uint8):
         bad = _check_index_range(target, 0, c, ignore=ignore_index)
         if bad is not None:
@@ -831,7 +831,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     neg_inf = creation.full((), float("-inf"), dtype=scores.dtype)
     if is_causal:
         keep = creation.tensor(np.tril(np.ones((length, source), dtype=bool)),
-                               device=query.device)
+                               device=query._where())
         scores = call("where", keep, scores, neg_inf)
     if attn_mask is not None:
         if attn_mask.dtype is dt.bool_:

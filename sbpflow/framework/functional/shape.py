@@ -64,6 +64,10 @@ def compute_stride(oldshape, oldstride, newshape):
 
 def _viewable(t: Tensor, shape) -> bool:
     """Can `shape` be a view of t's memory?  (From strides, as torch decides.)"""
+    if t._gl is not None:
+        # A global tensor's stride() is the logical contiguous one, not its piece's: only a
+        # contiguous piece is sure to take any view of the piece's shape.
+        return t.is_contiguous()
     return compute_stride(t._meta.shape, t.stride(), shape) is not None
 
 
@@ -372,7 +376,7 @@ def repeat_interleave(input: Tensor, repeats=None, dim=None, *, output_size=None
         counts = input._host()
         if input.ndim > 1 or input.dtype.is_floating_point:
             raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
-        return _tensor(np.repeat(np.arange(len(counts)), counts), device=input.device)
+        return _tensor(np.repeat(np.arange(len(counts)), counts), device=input._where())
     if dim is None:
         input, d = reshape(input, -1), 0
     else:
@@ -386,7 +390,7 @@ def repeat_interleave(input: Tensor, repeats=None, dim=None, *, output_size=None
                 f"repeats.size(0) = {counts.shape[0]} and input.size({d}) = {n}")
         if (counts < 0).any():
             raise RuntimeError("repeats can not be negative")
-        index = _tensor(np.repeat(np.arange(n), counts), device=input.device)
+        index = _tensor(np.repeat(np.arange(n), counts), device=input._where())
         return call("index_select", input, index, dim=d)
     r = _int(repeats, "repeats")
     if r < 0:

@@ -120,7 +120,9 @@ def _merge_masks(attn_mask, key_padding_mask, bsz, h, tgt_len, src_len, dtype, i
 
 def _to_additive(m, dtype):
     if m.dtype is _bool():
-        return creation.zeros(*m.shape, dtype=dtype).masked_fill(m, float("-inf"))
+        # made where the mask lives (a global mask gets a broadcast one on its placement)
+        return creation.zeros(*m.shape, dtype=dtype, device=m._where()).masked_fill(
+            m, float("-inf"))
     return m.to(dtype)
 
 
