@@ -200,10 +200,6 @@ def _accumulate(leaf, g, create_graph):
     """Add g (already through the leaf's hooks) into leaf.grad."""
     if g is None:
         return
-    if leaf.is_global and (g.placement != leaf.placement or g.sbp != leaf.sbp):
-        # As OneFlow: a global leaf's gradient takes the leaf's placement and SBP, so a B
-        # parameter gets a B gradient (its partial sums all-reduced) that optimizers can use.
-        g = g.to_global(leaf.placement, leaf.sbp)
     if leaf.grad is None:
         leaf.grad = g if create_graph else g.detach().clone()
     elif create_graph:
@@ -211,3 +207,9 @@ def _accumulate(leaf, g, create_graph):
     else:
         with set_grad_enabled(False):
             leaf.grad.add_(g.detach())
+    if leaf.is_global and (leaf.grad.placement != leaf.placement or leaf.grad.sbp != leaf.sbp):
+        # As OneFlow: a global leaf's gradient takes the leaf's placement and SBP, so a B
+        # parameter gets a B gradient (partial sums all-reduced) that optimizers can use.
+        # Checked last: clone and add choose their own signature, which never splits an axis
+        # shorter than the ranks (sbp.infer), so even a matching g may come back changed.
+        leaf.grad = leaf.grad.to_global(leaf.placement, leaf.sbp)
