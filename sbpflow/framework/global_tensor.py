@@ -41,6 +41,19 @@ class GlobalInfo(NamedTuple):
     placement: Placement
     sbp: tuple  # one Sbp per grid axis
     local_meta: TensorMeta  # this rank's piece
+    # Logical strides (None: contiguous).  Layout decisions (is_contiguous, view or copy)
+    # read these, never the piece's, so every rank takes the same branch: pieces may differ
+    # (an empty one is "contiguous" on one rank and not on another).
+    strides: tuple | None = None
+
+
+class _LogicalLayout:
+    """Stands in for a tensor when a view's logical layout is derived (`_view_layout`)."""
+
+    __slots__ = ("_meta", "_strides", "_offset")
+
+    def __init__(self, meta: TensorMeta, strides: tuple, offset: int):
+        self._meta, self._strides, self._offset = meta, strides, offset
 
 
 class GlobalDevice(NamedTuple):
@@ -93,6 +106,9 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
     src = t._gl
     if src.placement == placement and src.sbp == sbp:
         return t
+    if _CHECK:  # a collective too: numpy() on one rank against an op on another must fail
+        _check_consistent("boxing", src.placement, (t._meta,), (src.sbp,),
+                          {"to": f"{layout.fmt_sbp(sbp)} on ranks {placement.ranks}"})
     plan = boxing.plan(t._meta, src.placement, src.sbp, placement, sbp)
     rank = _rank()
     out, out_blob = _new_output(t._meta, t._device, placement, sbp, rank)
@@ -245,6 +261,11 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
     outs, out_blobs = [], []
     if opdef.view:
         src, out_gl = boxed[0], plan.out_gls[0]
+        logical_src = _LogicalLayout(src._meta, src._gl.strides or
+                                     _contiguous_strides(src._meta.shape), 0)
+        lstrides = interpreter._view_layout(opdef, logical_src, out_metas[0], attrs)[0]
+        if lstrides != _contiguous_strides(out_metas[0].shape):
+            out_gl = out_gl._replace(strides=lstrides)
         blob = Blob()
         if member:
             strides, offset = interpreter._view_layout(opdef, _local_alias(src),
@@ -411,6 +432,8 @@ def _local_to_global(t, placement, sbp, grad_sbp, check_meta) -> Tensor:
         out = make(Blob(), meta, t._device, gl)
         _broadcast_piece(t, out, placement, bcast_axes, rank)
     else:
+        if not t.is_contiguous():  # the logical layout is contiguous: so is every piece
+            t = t.contiguous()
         out = make(t._blob, meta, t._device, gl, t._storage, t._strides, t._offset)
     if is_grad_enabled() and t.requires_grad:
         out._set_grad_fn(_LocalToGlobalBackward(interpreter._edge(t), gl,
@@ -560,7 +583,8 @@ class _ToLocalBackward(Node):
     def apply(self, grads):
         g = grads[0].contiguous()
         gl = self.gl
-        out = make(g._blob, self.in_metas[0], g._device, gl._replace(local_meta=g._meta),
+        piece = gl._replace(local_meta=g._meta, strides=None)
+        out = make(g._blob, self.in_metas[0], g._device, piece,
                    g._storage, g._strides, g._offset)
         if is_grad_enabled() and g.requires_grad:
             out._set_grad_fn(_LocalToGlobalBackward(interpreter._edge(g), gl, gl.sbp,

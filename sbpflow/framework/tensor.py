@@ -148,16 +148,18 @@ class Tensor:
         # Strides are metadata (no sync): non-view ops produce C-contiguous arrays, and view
         # ops' strides are derived when they are issued (interpreter._view_layout).
         # NumPy reports arbitrary strides for size-1 and size-0 axes; torch's are canonical.
+        gl = self._gl
+        if gl is not None:  # the logical layout (the same on every rank), not the piece's
+            st = _canonical_strides(self._meta.shape, gl.strides) if gl.strides else None
+            st = st or _contiguous_strides(self._meta.shape)
+            return st if dim is None else st[dim]
         st = _canonical_strides(self._meta.shape, self._strides)
-        if self._meta.numel == 0 or self._gl is not None:
+        if self._meta.numel == 0:
             # NumPy reports all-zero strides for empty arrays; torch's are contiguous ones.
             st = _contiguous_strides(self._meta.shape)
         return st if dim is None else st[dim]
 
     def is_contiguous(self, memory_format=None) -> bool:
-        if self._gl is not None:  # a global tensor is as contiguous as its piece
-            shape = self._gl.local_meta.shape
-            return _canonical_strides(shape, self._strides) == _contiguous_strides(shape)
         return self.stride() == _contiguous_strides(self._meta.shape)
 
     def data_ptr(self) -> int:
