@@ -22,6 +22,9 @@ group): same 0; B->S 1; S(i)->S(j) T(n-1)/n; P->S and S->B T(n-1); P->B 2T(n-1);
 T*n*10, so a signature that wants a P input loses unless the input already is P. The general
 path costs the bytes it actually moves. An nd plan costs the sum over its steps, each axis step
 counted once per group.
+
+Results and scratch buffers come from the device's caching allocator, so a large piece reuses a
+buffer the VM handed back instead of faulting in fresh pages on every call.
 """
 
 from __future__ import annotations
@@ -527,7 +530,8 @@ class Plan:
     except for `_prepared`, the per-rank closures made on the first `run`.
     """
 
-    __slots__ = ("meta", "src", "dst", "steps", "cost", "_moves", "_prepared", "_dtype")
+    __slots__ = ("meta", "src", "dst", "steps", "cost", "_moves", "_prepared", "_dtype",
+                 "_participants")
 
     def __init__(self, meta, src, dst, moves):
         self.meta = meta
@@ -539,6 +543,7 @@ class Plan:
         self.cost = float(sum(m.cost for m in moves))
         self._prepared: dict = {}
         self._dtype = _np_dtype(meta.dtype)
+        self._participants = tuple(sorted(set(src[0].rank_list) | set(dst[0].rank_list)))
 
     def __repr__(self):
         return (f"<boxing.Plan {_fmt(self.src[1])} on {self.src[0].ranks} -> {_fmt(self.dst[1])} "
@@ -548,7 +553,8 @@ class Plan:
         return "\n".join(s.describe() for s in self.steps)
 
     def participants(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.src[0].rank_list) | set(self.dst[0].rank_list)))
+        """The sorted ranks of the src and dst placements: those that call `run`."""
+        return self._participants
 
     def run(self, local, world):
         """This rank's piece under dst (a new C-contiguous array), or None outside dst.
