@@ -137,7 +137,7 @@ def main(argv=None):
         if step % args.log_every == 0 or step == 1:
             value = loss.item()  # of a global loss: a collective, every rank takes part
             if rank == 0:
-                print(f"step {step:4d}  loss {value:.4f}  ({time.time() - t0:.1f} s)")
+                print(f"step {step:4d}  loss {value:.6f}  ({time.time() - t0:.1f} s)")
     train_s = time.time() - t0
     acc = sort_accuracy(model, np.random.default_rng(args.seed + 1), args.length,
                         placement=placement)
