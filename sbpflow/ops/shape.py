@@ -58,12 +58,41 @@ def _reshape_grad(ctx, g):
     return (op("reshape", g, shape=ctx.in_metas[0].shape),)
 
 
+def _reshape_groups(src: tuple, dst: tuple):
+    """(first input axis, first output axis) of each group of axes a reshape maps onto each
+    other (equal products, size-1 axes skipped): (4, 3, 5) -> (12, 5) has (0, 0) and (2, 1)."""
+    groups, i, j = [], 0, 0
+    while i < len(src) and j < len(dst):
+        if src[i] == 1:
+            i += 1
+            continue
+        if dst[j] == 1:
+            j += 1
+            continue
+        groups.append((i, j))
+        ps, pd = src[i], dst[j]
+        i, j = i + 1, j + 1
+        while ps != pd:
+            if ps < pd:
+                ps, i = ps * src[i], i + 1
+            else:
+                pd, j = pd * dst[j], j + 1
+    return groups
+
+
 def _reshape_sbp(x, shape):
-    # Splits survive a reshape when the leading axis keeps its size: S(0) -> S(0).
     out = infer_size("reshape", shape, x.numel)
-    sigs = [Signature((B,), (B,)), Signature((P,), (P,))]
-    if x.ndim and out and x.shape[0] == out[0] and x.shape[0] > 1:
-        sigs.append(Signature((Split(0),), (Split(0),)))
+    sigs = [Signature((B,), (B,)), Signature((P,), (P,))]  # the values move, never change
+    if not x.numel:
+        return sigs
+    for a, b in _reshape_groups(x.shape, out):
+        if x.shape[a] == out[b]:
+            # S(a) -> S(b): the axis keeps its size, so every balanced cut carries over
+            sigs.append(Signature((Split(a),), (Split(b),)))
+        else:
+            # S(a) -> S(b) where the leading axis of a group merges or splits: each piece is
+            # whole rows of both shapes only when both leading axes divide evenly
+            sigs.append(Signature((Split(a),), (Split(b),), even=(0, 1)))
     return sigs
 
 
@@ -71,6 +100,10 @@ _reshape_samples = lambda rng: [  # noqa: E731
     Sample(_rand(rng, 2, 3), shape=(3, 2)),
     Sample(_rand(rng, 2, 3, 4), shape=(2, -1)),
     Sample(_rand(rng, 6), shape=(1, 6, 1)),
+    # merges and splits of a leading axis that 2 and 3 ranks cut evenly (the even S rules)
+    Sample(_rand(rng, 6, 2, 3), shape=(12, 3)),
+    Sample(_rand(rng, 12, 2), shape=(6, 2, 2)),
+    Sample(_rand(rng, 6, 12), shape=(12, 6)),
 ]
 
 register(OpDef(
@@ -296,6 +329,9 @@ def _flatten_sbp(x, start_dim=0, end_dim=-1):
         elif big == [i]:
             # the only non-1 axis of the merged group: its pieces are the group's pieces
             sigs.append(Signature((Split(i),), (Split(s),)))
+        elif big and i == big[0]:
+            # the group's leading axis: even cuts of it are whole runs of the merged axis
+            sigs.append(Signature((Split(i),), (Split(s),), even=(0, 1)))
     return sigs
 
 
@@ -312,7 +348,8 @@ register(OpDef(
                          Sample(_rand(rng, 2, 3, 4, 5), start_dim=1, end_dim=-2),
                          Sample(_rand(rng, 3, 1, 1, 2), start_dim=0, end_dim=2),
                          Sample(_rand(rng, 4, 2), start_dim=1),
-                         Sample(np.asarray(1.5))],
+                         Sample(np.asarray(1.5)),
+                         Sample(_rand(rng, 6, 2, 3), start_dim=0, end_dim=1)],
     view=True,
 ))
 

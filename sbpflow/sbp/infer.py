@@ -17,23 +17,32 @@ from .placement import Placement
 from .sbp import B, Signature, Split
 
 
-def _long_enough(sbps, metas, hierarchy) -> bool:
-    """Every split cuts an axis at least as long as its grid axis, after the cuts before it."""
-    for m, nd in zip(metas, sbps):
+def _fits(sbps, metas, hierarchy, even=(), short_ok=False) -> bool:
+    """Every split cuts an axis at least as long as its grid axis, after the cuts before it
+    (unless `short_ok`); and the grid axes in `even[i]` cut tensor i's split axis evenly,
+    after even cuts before them."""
+    for i, (m, nd) in enumerate(zip(metas, sbps)):
         sizes = list(m.shape)
+        exact = [True] * len(sizes)
         for k, x in enumerate(nd):
             if isinstance(x, Split):
-                if x.axis >= len(sizes) or sizes[x.axis] < hierarchy[k]:
+                a = x.axis
+                if a >= len(sizes) or (sizes[a] < hierarchy[k] and not short_ok):
                     return False
-                sizes[x.axis] //= hierarchy[k]
+                if even and k in even[i] and (sizes[a] % hierarchy[k] or not exact[a]):
+                    return False
+                exact[a] = exact[a] and sizes[a] % hierarchy[k] == 0
+                sizes[a] //= hierarchy[k]
     return True
 
 
 def candidates(sigs_1d, in_metas, out_metas, placement: Placement, keep=None):
-    """nd signatures (tuple of in nd-SBPs, tuple of out nd-SBPs) from 1-D ones. A signature
-    whose inputs are `keep` (the inputs' current nd-SBPs) stays even where its splits are
-    short: those pieces exist already (some empty), and boxing them away would change the
-    SBP on every op (a leaf's gradient would not keep the leaf's SBP)."""
+    """nd signatures (tuple of in nd-SBPs, tuple of out nd-SBPs) from 1-D ones.
+
+    A signature whose inputs are `keep` (the inputs' current nd-SBPs) stays even where its
+    splits are short: those pieces exist already (some empty), and boxing them away would
+    change the SBP on every op.  Its `even` conditions still apply.
+    """
     n_in, n_out = len(in_metas), len(out_metas)
     all_b = Signature((B,) * n_in, (B,) * n_out)
     sigs = list(dict.fromkeys([*sigs_1d, all_b]))  # keep declared order, drop repeats
@@ -42,8 +51,14 @@ def candidates(sigs_1d, in_metas, out_metas, placement: Placement, keep=None):
     for combo in itertools.product(sigs, repeat=len(hierarchy)):
         ins = tuple(tuple(s.inputs[i] for s in combo) for i in range(n_in))
         outs = tuple(tuple(s.outputs[i] for s in combo) for i in range(n_out))
-        if ins == keep or (_long_enough(ins, in_metas, hierarchy)
-                           and _long_enough(outs, out_metas, hierarchy)):
+        even_in = even_out = ()
+        if any(s.even for s in combo):  # grid axes whose cut must be even, per tensor
+            even = [{k for k, s in enumerate(combo) if i in s.even}
+                    for i in range(n_in + n_out)]
+            even_in, even_out = even[:n_in], even[n_in:]
+        short_ok = ins == keep
+        if (_fits(ins, in_metas, hierarchy, even_in, short_ok)
+                and _fits(outs, out_metas, hierarchy, even_out, short_ok)):
             out.append((ins, outs))
     return out
 

@@ -74,12 +74,20 @@ split = S
 
 
 class Signature(NamedTuple):
-    """One SBP per input and one per output of an op."""
+    """One SBP per input and one per output of an op.
+
+    `even` lists tensors (inputs first, then outputs, by position) whose split must cut the
+    axis evenly: a reshape that merges the split axis with the next keeps the split only when
+    every rank's piece is a whole number of rows of both shapes.  Inference applies it with
+    the number of ranks cutting that axis (`sbp.infer`).
+    """
 
     inputs: tuple[Sbp, ...]
     outputs: tuple[Sbp, ...]
+    even: tuple[int, ...] = ()
 
     def __repr__(self):
         ins = ", ".join(map(repr, self.inputs))
         outs = ", ".join(map(repr, self.outputs))
-        return f"({ins}) -> ({outs})"
+        cond = f" if {', '.join(map(str, self.even))} even" if self.even else ""
+        return f"({ins}) -> ({outs}){cond}"

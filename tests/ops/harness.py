@@ -191,9 +191,18 @@ def run_kernel(opdef, arrays, in_metas, attrs, out_metas, logical_in=None, logic
     return [np.asarray(r) for r in as_tuple(res)] if len(out_metas) > 1 else [np.asarray(res)]
 
 
-def _valid_for(sig, metas, n):
+def _valid_for(sig, metas, n, out_metas=()):
+    """Whether sig applies on n ranks: splits at least n long, and even where it says so
+    (`Signature.even` indexes inputs, then outputs)."""
     for sbp, m in zip(sig.inputs, metas):
         if isinstance(sbp, Split) and (sbp.axis >= m.ndim or m.shape[sbp.axis] < n):
+            return False
+    tensors = list(zip(sig.inputs, metas)) + list(zip(sig.outputs, out_metas))
+    for i in sig.even:
+        if i >= len(tensors):
+            return False  # an output's evenness cannot be checked without its meta
+        sbp, m = tensors[i]
+        if isinstance(sbp, Split) and m.shape[sbp.axis] % n:
             return False
     return True
 

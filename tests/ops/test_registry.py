@@ -169,10 +169,11 @@ def test_sbp_signatures_hold(name, i):
     assert sigs, f"{name} declares no signatures"
     rng = np.random.default_rng(3)
     false_rules = []
+    out_metas = opdef.meta(tuple(metas), attrs)
     for sig in sigs:
         assert len(sig.inputs) == len(metas), f"{sig}: wrong number of input SBPs"
         for n in (2, 3):
-            if not H._valid_for(sig, metas, n):
+            if not H._valid_for(sig, metas, n, out_metas):
                 continue
             ok, detail = H.check_signature(opdef, arrays, metas, attrs, sig, n, rng)
             if not ok:

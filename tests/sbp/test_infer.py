@@ -1,0 +1,95 @@
+"""Signature inference (sbp.infer): candidates on 1-D and 2-D placements, the eager choice,
+and the conditions a signature carries (short splits, even cuts)."""
+
+import pytest
+
+from sbpflow import comm
+from sbpflow._core import dtype as dt
+from sbpflow._core.meta import TensorMeta
+from sbpflow.ops import registry
+from sbpflow.sbp import B, P, Placement, S, boxing, infer
+
+
+@pytest.fixture
+def world_of(monkeypatch):
+    # Placements check their ranks against the world size; inference needs no communication.
+    def make(n):
+        monkeypatch.setattr(comm, "get_world_size", lambda: n)
+
+    return make
+
+
+def _meta(*shape):
+    return TensorMeta(tuple(shape), dt.float32)
+
+
+def _cost(meta, placement, src, dst):
+    return boxing.cost(meta, placement, src, placement, dst)
+
+
+def _choose(op, in_metas, in_sbps, placement, **attrs):
+    opdef = registry.get(op)
+    attrs = opdef.bind_attrs(attrs)
+    out_metas = opdef.meta(tuple(in_metas), attrs)
+    return infer.choose(opdef.signatures(tuple(in_metas), attrs), tuple(in_metas),
+                        tuple(in_sbps), out_metas, placement, _cost)
+
+
+def test_matching_inputs_win_and_mismatches_take_the_cheapest_boxing(world_of):
+    world_of(2)
+    p = Placement("cpu", [0, 1])
+    a, b = _meta(4, 6), _meta(6, 8)
+    assert _choose("matmul", [a, b], [(S(0),), (B,)], p) == (((S(0),), (B,)), ((S(0),),))
+    assert _choose("matmul", [a, b], [(S(1),), (S(0),)], p) == (((S(1),), (S(0),)), ((P,),))
+    # (S(0), S(0)): re-splitting the left operand along k (all-to-all of 4x6 floats: 48 B
+    # moved per the model) beats gathering the right one (S -> B of 6x8 floats: 192 B).
+    ins, outs = _choose("matmul", [a, b], [(S(0),), (S(0),)], p)
+    assert ins == ((S(1),), (S(0),)) and outs == ((P,),)
+    assert _cost(a, p, (S(0),), (S(1),)) < _cost(b, p, (S(0),), (B,))
+
+
+def test_reshape_keeps_a_split_through_a_merge_only_when_the_cut_is_even(world_of):
+    world_of(2)
+    p = Placement("cpu", [0, 1])
+    ins, outs = _choose("reshape", [_meta(4, 3, 5)], [(S(0),)], p, shape=(12, 5))
+    assert ins == ((S(0),),) and outs == ((S(0),),)
+    # 5 rows on 2 ranks are 3 + 2, but 15 merged rows split 8 + 7: the split must move.
+    ins, outs = _choose("reshape", [_meta(5, 3, 5)], [(S(0),)], p, shape=(15, 5))
+    assert ins != ((S(0),),)
+
+
+def test_even_cuts_are_checked_per_grid_axis(world_of):
+    world_of(4)
+    grid = Placement("cpu", [[0, 1], [2, 3]])
+    opdef = registry.get("reshape")
+    attrs = opdef.bind_attrs({"shape": (24, 5)})
+    ok = _meta(4, 6, 5)  # 4 rows: cut by 2, then 2 rows cut by 2: even at both levels
+    found = infer.candidates(opdef.signatures((ok,), attrs), (ok,),
+                             opdef.meta((ok,), attrs), grid)
+    assert (((S(0), S(0)),), ((S(0), S(0)),)) in found
+    odd = _meta(6, 4, 5)  # 6 rows: 3 + 3, then 3 cannot be cut evenly by the second axis
+    attrs = opdef.bind_attrs({"shape": (24, 5)})
+    found = infer.candidates(opdef.signatures((odd,), attrs), (odd,),
+                             opdef.meta((odd,), attrs), grid)
+    assert (((S(0), S(0)),), ((S(0), S(0)),)) not in found
+    assert (((S(0), B),), ((S(0), B),)) in found
+
+
+def test_short_splits_are_kept_only_when_the_inputs_already_have_them(world_of):
+    world_of(3)
+    p = Placement("cpu", [0, 1, 2])
+    two_rows = _meta(2, 6)
+    opdef = registry.get("relu")
+    sigs = opdef.signatures((two_rows,), {})
+    fresh = infer.candidates(sigs, (two_rows,), (two_rows,), p)
+    assert (((S(0),),), ((S(0),),)) not in fresh  # never chosen to cut 2 rows over 3 ranks
+    kept = infer.candidates(sigs, (two_rows,), (two_rows,), p, keep=((S(0),),))
+    assert (((S(0),),), ((S(0),),)) in kept  # but an input already split that way stays
+
+
+def test_every_op_has_the_all_broadcast_fallback(world_of):
+    world_of(2)
+    p = Placement("cpu", [0, 1])
+    m = _meta(3, 3)
+    found = infer.candidates([], (m, m), (m,), p)
+    assert found == [(((B,), (B,)), ((B,),))]
