@@ -58,26 +58,26 @@ class MultiheadAttention(Module):
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
         batched = query.dim() == 3
+        # Batch-major inside: (N, L, E).  Every reshape below then splits or merges axes
+        # after the batch axis, so a batch split over ranks (a global S on N) survives the
+        # whole block without boxing.
         if not batched:
-            query, key, value = (t.unsqueeze(1) for t in (query, key, value))
+            query, key, value = (t.unsqueeze(0) for t in (query, key, value))
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif self.batch_first:
+        elif not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-        tgt_len, bsz, e = query.shape
-        src_len = key.shape[0]
+        bsz, tgt_len, e = query.shape
+        src_len = key.shape[1]
         h, d = self.num_heads, self.head_dim
         w = self.in_proj_weight
         b = self.in_proj_bias
         wq, wk, wv = w.chunk(3)
         bq, bk, bv = b.chunk(3) if b is not None else (None, None, None)
-        q = F.linear(query, wq, bq)
-        k = F.linear(key, wk, bk)
-        v = F.linear(value, wv, bv)
-        # (L, N, E) -> (N, h, L, d)
-        q = q.reshape(tgt_len, bsz * h, d).transpose(0, 1).reshape(bsz, h, tgt_len, d)
-        k = k.reshape(src_len, bsz * h, d).transpose(0, 1).reshape(bsz, h, src_len, d)
-        v = v.reshape(src_len, bsz * h, d).transpose(0, 1).reshape(bsz, h, src_len, d)
+        # (N, L, E) -> (N, L, h, d) -> (N, h, L, d)
+        q = F.linear(query, wq, bq).reshape(bsz, tgt_len, h, d).transpose(1, 2)
+        k = F.linear(key, wk, bk).reshape(bsz, src_len, h, d).transpose(1, 2)
+        v = F.linear(value, wv, bv).reshape(bsz, src_len, h, d).transpose(1, 2)
 
         mask = _merge_masks(attn_mask, key_padding_mask, bsz, h, tgt_len, src_len, q.dtype,
                             is_causal)
@@ -88,12 +88,11 @@ class MultiheadAttention(Module):
         if self.dropout > 0.0 and self.training:
             attn = F.dropout(attn, self.dropout)
         out = attn @ v  # (N, h, L, d)
-        out = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, e)
-        out = self.out_proj(out).reshape(tgt_len, bsz, e)
-        if self.batch_first and batched:
-            out = out.transpose(0, 1)
+        out = self.out_proj(out.transpose(1, 2).reshape(bsz, tgt_len, e))
         if not batched:
-            out = out.squeeze(1)
+            out = out.squeeze(0)
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
         weights = None
         if need_weights:
             weights = attn.mean(dim=1) if average_attn_weights else attn
