@@ -141,10 +141,13 @@ class MpiCommunicator(Communicator):
     def _check_rows_agree(self, op, table, row_elems, dtype):
         codes = list(_DTYPE_CODES)
         for r, (_, elems, code) in enumerate(table.tolist()):
-            if elems != row_elems or codes[code] != dtype:
+            # A code out of range means rank r is in another collective altogether.
+            theirs = codes[code] if 0 <= code < len(codes) else f"<unknown dtype code {code}>"
+            if elems != row_elems or theirs != dtype:
                 raise ValueError(
-                    f"{op} on {self.name}: rank {r} sends rows of {elems} {codes[code]} "
+                    f"{op} on {self.name}: rank {r} sends rows of {elems} {theirs} "
                     f"elements but rank {self.rank} has rows of {row_elems} {dtype} elements"
+                    " (do all ranks run the same collectives in the same order?)"
                 )
 
     # -- collectives --------------------------------------------------------------------------

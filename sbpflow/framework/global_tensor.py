@@ -261,6 +261,10 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
     outs, out_blobs = [], []
     if opdef.view:
         src, out_gl = boxed[0], plan.out_gls[0]
+        if src is not tensors[0]:
+            # A view of a boxed copy: reading it is right, writing through it would miss
+            # the tensor, so in-place writes refuse it (interpreter._match_global).
+            src._boxed_copy_of = tensors[0]
         logical_src = _LogicalLayout(src._meta, src._gl.strides or
                                      _contiguous_strides(src._meta.shape), 0)
         lstrides = interpreter._view_layout(opdef, logical_src, out_metas[0], attrs)[0]
@@ -314,7 +318,7 @@ def _creation_sbps(opdef, out_metas, placement, sbp, attrs):
     sbp = sbp if sbp is not None else (B,) * placement.ndim
     wanted = tuple(B if x == P else x for x in sbp)
     declared = {s.outputs[0] for s in opdef.signatures((), attrs)} | {B}
-    ok = all(x in declared for x in wanted) and infer._long_enough(
+    ok = all(x in declared for x in wanted) and infer._fits(
         (wanted,), out_metas, placement.hierarchy)
     return ((wanted if ok else (B,) * placement.ndim),) * len(out_metas)
 

@@ -306,6 +306,13 @@ def _match_global(op: str, t: Tensor, value: Tensor) -> Tensor:
     to them first (a P result written into a B parameter is all-reduced)."""
     if t._gl is None and value._gl is None:
         return value
+    base = t if t._base is None else t._base
+    if t._gl is not None and getattr(base, "_boxed_copy_of", None) is not None:
+        raise op_error(op, "cannot write in place through this view of a global tensor: its "
+                           f"SBP {_sbp_text(base._boxed_copy_of)} had to be boxed to "
+                           f"{_sbp_text(base)} to take the view, so the view is of a copy and "
+                           "the write would not reach the tensor; write out of place, or "
+                           "convert the tensor to broadcast first")
     if t._gl is None or value._gl is None:
         which = "global" if t._gl is not None else "local"
         raise op_error(op, f"cannot write a {'local' if which == 'global' else 'global'} "
@@ -314,6 +321,10 @@ def _match_global(op: str, t: Tensor, value: Tensor) -> Tensor:
     if value._gl.placement == t._gl.placement and value._gl.sbp == t._gl.sbp:
         return value
     return value.to_global(t._gl.placement, t._gl.sbp)
+
+
+def _sbp_text(t: Tensor) -> str:
+    return "(" + ", ".join(map(repr, t._gl.sbp)) + ")"
 
 
 def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:

@@ -82,8 +82,10 @@ def _check_fits(name: str, value, d: dt.DType) -> None:
                        "overflow")
 
 
-def _zeros(meta: TensorMeta):
-    return op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype)
+def _zeros(meta: TensorMeta, like):
+    # On the upstream gradient's device (or placement, for a global op), not the default.
+    return op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype,
+              _device=like._where())
 
 
 def _masked(mask, g):
@@ -333,8 +335,8 @@ def _div_grad(ctx, g):
     ma, mb = ctx.in_metas
     if ctx.attrs["rounding_mode"] is not None:
         # Piecewise constant: zero almost everywhere, as torch.
-        return (_zeros(ma) if ctx.needs_input_grad[0] else None,
-                _zeros(mb) if ctx.needs_input_grad[1] else None)
+        return (_zeros(ma, g) if ctx.needs_input_grad[0] else None,
+                _zeros(mb, g) if ctx.needs_input_grad[1] else None)
     b = ctx.input(1)
     ga = unbroadcast(op("div", g, b), ma) if ctx.needs_input_grad[0] else None
     gb = None
@@ -346,7 +348,7 @@ def _div_grad(ctx, g):
 
 
 def _zero_grads(ctx, g):
-    return tuple(_zeros(m) if need else None
+    return tuple(_zeros(m, g) if need else None
                  for m, need in zip(ctx.in_metas, ctx.needs_input_grad, strict=True))
 
 
@@ -687,7 +689,7 @@ def _pow_scalar_grad(ctx, g):
     m = ctx.in_metas[0]
     if not ctx.attrs["reverse"]:  # x ** s
         if s == 0:
-            return (_zeros(m),)
+            return (_zeros(m, g),)
         d = op("mul_scalar", op("pow_scalar", ctx.input(0), other=s - 1), other=s)
         return (op("mul", g, d),)
     # s ** x: d/dx = s ** x * log(s); torch masks s == 0 with x >= 0 (the limit there is 0).
@@ -803,7 +805,7 @@ def _div_scalar_kernel(ctx, x, other, reverse=False, rounding_mode=None):
 def _div_scalar_grad(ctx, g):
     a = ctx.attrs
     if a["rounding_mode"] is not None:
-        return (_zeros(ctx.in_metas[0]),)
+        return (_zeros(ctx.in_metas[0], g),)
     if not a["reverse"]:
         return (op("div_scalar", g, other=a["other"]),)
     x = ctx.input(0)  # s / x: d/dx = -s / x**2

@@ -1114,10 +1114,13 @@ register(OpDef(
     infer_meta=_masked_fill_tensor_meta,
     kernel=_masked_fill_tensor_kernel,
     grad=_masked_fill_tensor_grad,
-    # (P, B, P) -> P: where(mask, v, x) is linear in (x, v) jointly.
+    # (P, B, P) -> P: where(mask, v, x) is linear in (x, v) jointly, unless casting v to
+    # x's dtype is not additive (a float value truncated into an integer tensor).
     sbp=lambda x, mask, value: elementwise_signatures(
         [x.shape, mask.shape, value.shape],
-        _masked_fill_tensor_meta(x, mask, value).shape, partial=[("P", "B", "P")]),
+        _masked_fill_tensor_meta(x, mask, value).shape,
+        partial=[("P", "B", "P")] if x.dtype.is_floating_point or dt.bool_ not in (
+            x.dtype, value.dtype) and not value.dtype.is_floating_point else []),
     reference="masked_fill",
     samples=lambda rng: [
         Sample(_rand(rng, 3, 4), _bool(rng, 3, 4), np.asarray(2.5)),

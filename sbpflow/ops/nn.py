@@ -898,7 +898,8 @@ def _embedding_grad_grad(ctx, gg):
         out = out * op("reshape", indices != a["padding_idx"],
                        shape=tuple(indices.shape) + (1,))
     if a["scale_grad_by_freq"]:
-        ones = op("full", shape=tuple(indices.shape) + (1,), fill_value=1.0, dtype=gg.dtype)
+        ones = op("full", shape=tuple(indices.shape) + (1,), fill_value=1.0, dtype=gg.dtype,
+                  _device=gg._where())  # where gg lives (a placement for a global op)
         freq = op("embedding_grad", ones, indices, num_weights=a["num_weights"])
         out = out / op("embedding", indices, freq)
     return out, None

@@ -28,6 +28,7 @@ from ..._core import dtype as dt
 from ..._core.errors import normalize_dim
 from ...ops import registry
 from ...ops.index import FULL
+from ...sbp import B
 from .. import interpreter
 from ..tensor import Tensor
 from ._base import call, inplace_method, is_scalar
@@ -270,6 +271,13 @@ def _index_put_fn(src: Tensor, values: Tensor, *indices, key, accumulate=False) 
 
 
 def setitem(self: Tensor, key, value) -> None:
+    if self._gl is not None and any(x != B for x in self._gl.sbp):
+        # A piece cannot take a write along its split axis as a view: write into the whole
+        # (B) tensor, then copy back, which boxes to self's SBP (a local slice, no traffic).
+        whole = self.to_global(self._gl.placement, (B,) * self._gl.placement.ndim)
+        setitem(whole, key, value)
+        interpreter.assign(self, whole, "copy_")
+        return
     basic, advanced = _split_key(self, key)
     if not advanced:
         view = call("slice", self, key=basic)
