@@ -12,21 +12,33 @@ class Sbp:
 class Split(Sbp):
     """S(axis): the logical tensor is cut along `axis`; the first ranks get one more row."""
 
-    __slots__ = ("axis",)
+    __slots__ = ("axis", "_hash")
+    _interned: dict = {}
 
-    def __init__(self, axis: int):
+    def __new__(cls, axis: int):
+        # One object per axis: SBP tuples in cache keys then compare by identity first.
+        hit = cls._interned.get(axis) if type(axis) is int else None
+        if hit is not None:
+            return hit
         if not isinstance(axis, int) or isinstance(axis, bool) or axis < 0:
             raise ValueError(f"split(): axis must be a non-negative int, got {axis!r}")
-        object.__setattr__(self, "axis", axis)
+        self = object.__new__(cls)
+        object.__setattr__(self, "axis", int(axis))
+        object.__setattr__(self, "_hash", hash(("S", int(axis))))
+        cls._interned[int(axis)] = self
+        return self
 
     def __setattr__(self, name, value):
         raise AttributeError("SBP values are immutable")
 
     def __eq__(self, other):
-        return isinstance(other, Split) and other.axis == self.axis
+        return other is self or (isinstance(other, Split) and other.axis == self.axis)
 
     def __hash__(self):
-        return hash(("S", self.axis))
+        return self._hash
+
+    def __reduce__(self):
+        return (Split, (self.axis,))
 
     def __repr__(self):
         return f"S({self.axis})"

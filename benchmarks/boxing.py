@@ -1,8 +1,11 @@
 """Boxing transitions (`Plan.run`) against the raw mpi4py / NumPy work they do, side by side.
 
-Run: python benchmarks/boxing_transitions.py [--ranks 2] [--threads 1] [--rounds 9]
+The companion `global_overhead.py` measures the eager overhead of a global op against the same
+op on a local tensor.
+
+Run: python benchmarks/boxing.py [--ranks 2] [--threads 1] [--rounds 9]
 (it starts itself under this environment's mpiexec with --ranks processes; under an existing
-`mpiexec -n 2 python benchmarks/boxing_transitions.py` it runs as it is).
+`mpiexec -n 2 python benchmarks/boxing.py` it runs as it is).
 
 For each 1-D transition on placement [0, 1] (P->B, P->S(0), S(0)->B, S(0)->S(1), B->S(0),
 S(0)->P, B->P) and a move between placements ([0] -> [1], B), at 1 MB and 64 MB of float32,
@@ -59,7 +62,7 @@ world = comm.world()
 raw = MPI.COMM_WORLD
 rank, size = raw.Get_rank(), raw.Get_size()
 if size != 2:
-    raise SystemExit(f"boxing_transitions.py runs on 2 ranks, got {size}")
+    raise SystemExit(f"boxing.py runs on 2 ranks, got {size}")
 prims = primitives("cpu")
 SIZES = {"1 MB": 1 << 20, "64 MB": 64 << 20}
 F = MPI.FLOAT
