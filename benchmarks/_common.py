@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 
 def pin_threads(n: int = 1) -> int:
@@ -59,3 +61,13 @@ def time_us(fn, min_time: float = 0.2, repeats: int = 5, sync=None) -> float:
         sync()
         samples.append((time.perf_counter() - t0) / per_run * 1e6)
     return statistics.median(samples)
+
+
+def run_under_mpiexec(ranks: int) -> None:
+    """Restart this script under the project's mpiexec with `ranks` processes, unless it
+    already runs in an MPI launch (then return at once)."""
+    from sbpflow.comm import env as comm_env  # reads the environment only: no MPI yet
+
+    if not comm_env.is_multi_process():
+        mpiexec = str(Path(sys.executable).parent / "mpiexec")
+        os.execv(mpiexec, [mpiexec, "-n", str(ranks), sys.executable, *sys.argv])

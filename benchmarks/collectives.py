@@ -18,7 +18,6 @@ sync) and the framework's in-place write (`copy_`).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import threading
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads  # noqa: E402
+from _common import after_import_pin, pin_threads, run_under_mpiexec  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ranks", type=int, default=2)
@@ -35,11 +34,7 @@ parser.add_argument("--rounds", type=int, default=9)
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 
-from sbpflow.comm import env as comm_env  # noqa: E402  (reads the environment only)
-
-if not comm_env.is_multi_process():
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    os.execv(mpiexec, [mpiexec, "-n", str(args.ranks), sys.executable, *sys.argv])
+run_under_mpiexec(args.ranks)
 
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
