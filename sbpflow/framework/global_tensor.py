@@ -204,9 +204,9 @@ def _same_placement_cost(meta, placement, src, dst):
 
 
 def _common_placement(opdef, tensors):
-    """(placement, tensors): the placement the op runs on, and the inputs with 0-d tensors
-    from other placements moved to it as broadcast (OneFlow does the same); any other
-    difference of placements is an error."""
+    """(placement, tensors): the placement the op runs on (that of its tensors with axes), and
+    the inputs with 0-d tensors from other placements moved to it as broadcast (OneFlow does
+    the same); tensors with axes on different placements are an error."""
     placement = None
     for t in tensors:
         gl = t._gl
@@ -217,18 +217,18 @@ def _common_placement(opdef, tensors):
                 f"(local {t._type_name()} {list(t.shape)}); convert it with .to_global("
                 "placement, sbp)",
             )
-        if placement is None or gl.placement is placement:
+        if not t._meta.shape:
+            continue
+        if placement is None:
             placement = gl.placement
-        elif gl.placement != placement:
-            if t._meta.shape and tensors[0]._meta.shape:
-                raise op_error(
-                    opdef.name,
-                    "expected all tensors to be on the same placement, but found at least two "
-                    f"placements, {placement} and {gl.placement}; move one with .to_global()",
-                )
-            if not t._meta.shape:
-                continue  # moved below
-            placement = gl.placement  # the earlier tensors were 0-d: they move
+        elif gl.placement is not placement and gl.placement != placement:
+            raise op_error(
+                opdef.name,
+                "expected all tensors to be on the same placement, but found at least two "
+                f"placements, {placement} and {gl.placement}; move one with .to_global()",
+            )
+    if placement is None:  # only 0-d tensors: the first one's placement
+        placement = tensors[0]._gl.placement
     if any(t._gl.placement is not placement and t._gl.placement != placement for t in tensors):
         tensors = [t if t._gl.placement == placement else
                    to_global(t, placement, (B,) * placement.ndim) for t in tensors]
