@@ -38,6 +38,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .. import comm
 from .._core import dtype as dt
 from .tensor import Tensor
 
@@ -60,7 +61,8 @@ _FROM_CODE = {
 class _Encoder:
     """Turns an object into a JSON tree plus a dict of named NumPy arrays."""
 
-    def __init__(self):
+    def __init__(self, global_dst_rank=None):
+        self.global_dst_rank = global_dst_rank
         self.arrays: dict[str, np.ndarray] = {}
         # id(tensor) -> name: a tensor reached twice is stored once and loads as one object.
         # (The ids stay valid: every tensor is referenced by `obj` for the whole encoding.)
@@ -83,7 +85,13 @@ class _Encoder:
             else:
                 if obj.device.type != "cpu":
                     raise NotImplementedError("save(): only CPU tensors can be saved for now")
-                arr = obj.detach()._host()
+                if obj.is_global and self.global_dst_rank is None:
+                    raise ValueError(
+                        f"save(): {'.'.join(map(str, path)) or 'the object'} is a global "
+                        "tensor: pass global_dst_rank=<rank> (the rank that writes the file; "
+                        "every rank must call save, as the logical values are gathered)"
+                    )
+                arr = obj.detach()._host()  # of a global tensor: its logical value
             name = self._name(path)
             self.arrays[name] = np.require(arr, requirements="C")  # keeps 0-d
             self._name_of[id(obj)] = name
@@ -154,15 +162,24 @@ def _header_metadata(root) -> dict[str, str]:
     return {_META_KEY: tree, "format": "pt"}
 
 
-def save(obj, f) -> None:
+def save(obj, f, global_dst_rank: int | None = None) -> None:
     """Save `obj` (tensors, numbers, strings, None, bools, nested in dicts/lists/tuples).
 
-    `f` is a path (written atomically) or a binary file object with `write`.
+    `f` is a path (written atomically) or a binary file object with `write`.  Global tensors
+    (OneFlow's rule) need `global_dst_rank`: every rank calls save, the logical values are
+    gathered, and only that rank writes the file.
     """
     import safetensors.numpy
 
-    enc = _Encoder()
+    if global_dst_rank is not None:
+        size = comm.get_world_size()
+        if not isinstance(global_dst_rank, int) or not 0 <= global_dst_rank < size:
+            raise ValueError(f"save(): global_dst_rank must be a rank in [0, {size}), got "
+                             f"{global_dst_rank!r}")
+    enc = _Encoder(global_dst_rank)
     root = enc.encode(obj, [])
+    if global_dst_rank is not None and comm.get_rank() != global_dst_rank:
+        return
     metadata = _header_metadata(root)
     if hasattr(f, "write"):
         f.write(safetensors.numpy.save(enc.arrays, metadata=metadata))
@@ -212,16 +229,25 @@ class _Corrupt(ValueError):
     pass
 
 
-def load(f, map_location=None, *, weights_only: bool = True, mmap=None) -> Any:
+def load(f, map_location=None, *, weights_only: bool = True, mmap=None,
+         global_src_rank: int | None = None) -> Any:
     """Load what `save` wrote, or any safetensors file (as a flat dict of tensors).
 
     `f` is a path or a binary file object with `read`.  `map_location`, `weights_only` and
     `mmap` are accepted for torch compatibility: loading never runs code, and tensors load on
     the CPU.  A truncated, corrupted or hostile file raises ValueError naming the file.
+
+    With `global_src_rank` (OneFlow's), only that rank reads the file; every rank calls load
+    and gets the tensors as global tensors broadcast over all ranks, ready for
+    `load_state_dict` of a global module (copying into a parameter boxes to its SBP).
     """
     if map_location not in (None, "cpu") and str(map_location) != "cpu":
         raise NotImplementedError(f"load(): map_location={map_location!r}: only 'cpu' for now")
-    if hasattr(f, "read"):
+    make_tensor = _to_tensor
+    if global_src_rank is not None:
+        data, name = _read_on_one_rank(f, global_src_rank)
+        make_tensor = _to_global_tensor
+    elif hasattr(f, "read"):
         data, name = f.read(), getattr(f, "name", "<file object>")
     else:
         name = os.fspath(f)
@@ -233,14 +259,14 @@ def load(f, map_location=None, *, weights_only: bool = True, mmap=None) -> Any:
         metadata = header.get("__metadata__") or {}
         if _META_KEY not in metadata:
             order = [k for k in header if k != "__metadata__"]
-            return {k: _to_tensor(arrays[k]) for k in order}
+            return {k: make_tensor(arrays[k]) for k in order}
         tree = _parse_json(metadata[_META_KEY], "the sbpflow structure metadata")
         if not isinstance(tree, dict) or tree.get("version") != _VERSION or "root" not in tree:
             raise _Corrupt(
                 f"unsupported sbpflow structure (expected version {_VERSION}, got "
                 f"{tree.get('version') if isinstance(tree, dict) else type(tree).__name__})"
             )
-        return _Decoder(arrays).decode(tree["root"], 0)
+        return _Decoder(arrays, make_tensor).decode(tree["root"], 0)
     except _Corrupt as e:
         raise ValueError(f"load(): {name!s} is not a valid sbpflow/safetensors file: {e}") from None
 
@@ -316,14 +342,61 @@ def _to_tensor(arr: np.ndarray, requires_grad: bool = False) -> Tensor:
     return t
 
 
+def _to_global_tensor(arr: np.ndarray, requires_grad: bool = False) -> Tensor:
+    """The same array on every rank as a global tensor broadcast over all ranks."""
+    from ..sbp import B, Placement
+    from .global_tensor import GlobalDevice, from_logical
+
+    where = GlobalDevice(Placement.all("cpu"), (B,))
+    t = from_logical(arr, dt.from_numpy(arr.dtype), where)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _read_on_one_rank(f, src: int) -> tuple[bytes, str]:
+    """The file's bytes on every rank: `src` reads them and broadcasts (a collective)."""
+    from .global_tensor import _drain_comm_stream
+
+    size = comm.get_world_size()
+    if not isinstance(src, int) or not 0 <= src < size:
+        raise ValueError(f"load(): global_src_rank must be a rank in [0, {size}), got {src!r}")
+    name = getattr(f, "name", "<file object>") if hasattr(f, "read") else os.fspath(f)
+    world = comm.world()
+    data = b""
+    error = ""
+    if world.rank == src:
+        try:
+            if hasattr(f, "read"):
+                data = f.read()
+            else:
+                with open(name, "rb") as fh:
+                    data = fh.read()
+        except OSError as e:  # every rank must hear of it, or the others would wait forever
+            error = f"{type(e).__name__}: {e}"
+    _drain_comm_stream()  # collectives keep one order with those queued on the comm stream
+    head = np.array([len(data), len(error.encode())], np.int64)
+    world.broadcast(head, root=src)
+    if head[1]:
+        msg = np.frombuffer(error.encode(), np.uint8).copy() if world.rank == src else \
+            np.empty(int(head[1]), np.uint8)
+        world.broadcast(msg, root=src)
+        raise OSError(f"load(): rank {src} could not read {name}: {msg.tobytes().decode()}")
+    buf = np.frombuffer(data, np.uint8).copy() if world.rank == src else \
+        np.empty(int(head[0]), np.uint8)
+    world.broadcast(buf, root=src)
+    return buf.tobytes(), name
+
+
 class _Decoder:
     """Rebuilds the saved object from the JSON tree, accepting nothing but the format above."""
 
     # Each tag and the optional flags it may carry.
     _TAGS = {"T": {"rg", "np"}, "F": set(), "U": set(), "D": {"o"}, "dtype": set()}
 
-    def __init__(self, arrays: dict[str, np.ndarray]):
+    def __init__(self, arrays: dict[str, np.ndarray], make_tensor=None):
         self.arrays = arrays
+        self._make_tensor = make_tensor or _to_tensor
         self._tensors: dict[str, Tensor] = {}
 
     def decode(self, node, depth: int):
@@ -374,7 +447,7 @@ class _Decoder:
             return self.arrays[name].copy()
         t = self._tensors.get(name)
         if t is None:
-            t = self._tensors[name] = _to_tensor(self.arrays[name], requires_grad)
+            t = self._tensors[name] = self._make_tensor(self.arrays[name], requires_grad)
         return t
 
 

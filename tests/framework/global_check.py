@@ -689,3 +689,45 @@ def test_explain_names_the_collective():
     x = make(logical((4, 4), 41), ALL, P)
     assert re.search(r"all_reduce", flow.boxing.explain(x, ALL, B))
     assert re.search(r"reduce_scatter", flow.boxing.explain(x, ALL, S(0)))
+
+
+def test_checkpoint_of_a_global_module_round_trips(tmp_path_factory):
+    # One path for every rank: rank 0 makes the directory and shares its name.
+    path = RAW.bcast(str(tmp_path_factory.mktemp("ckpt") / "model.safetensors")
+                     if RANK == 0 else None, root=0)
+    flow.manual_seed(11)
+    model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    want = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    model[0].weight = nn.Parameter(model[0].weight.detach().to_global(ALL, B).to_global(
+        ALL, S(0)))
+    model[0].bias = nn.Parameter(model[0].bias.detach().to_global(ALL, B).to_global(ALL, S(0)))
+    model[2].to_global(ALL, B)
+    with pytest.raises(ValueError, match="global_dst_rank"):
+        flow.save(model.state_dict(), path)
+    flow.save(model.state_dict(), path, global_dst_rank=0)
+    RAW.Barrier()
+    if RANK == 0:  # the file holds logical values, readable as a local checkpoint
+        local = flow.load(path)
+        assert set(local) == set(want)
+        for k in want:
+            np.testing.assert_array_equal(local[k].numpy(), want[k])
+    loaded = flow.load(path, global_src_rank=0)
+    assert all(t.is_global and t.sbp == (B,) for t in loaded.values())
+    flow.manual_seed(12)  # different initial weights, same placements and SBPs
+    fresh = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
+    fresh[0].weight = nn.Parameter(fresh[0].weight.detach().to_global(ALL, B).to_global(
+        ALL, S(0)))
+    fresh[0].bias = nn.Parameter(fresh[0].bias.detach().to_global(ALL, B).to_global(ALL, S(0)))
+    fresh[2].to_global(ALL, B)
+    fresh.load_state_dict(loaded)
+    assert fresh[0].weight.sbp == (S(0),) and fresh[2].weight.sbp == (B,)
+    for k, v in fresh.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), want[k])
+
+
+def test_global_load_of_a_missing_file_fails_on_every_rank(tmp_path_factory):
+    missing = RAW.bcast(str(tmp_path_factory.mktemp("none") / "absent.safetensors")
+                        if RANK == 0 else None, root=0)
+    with pytest.raises(OSError, match="rank 0 could not read"):
+        flow.load(missing, global_src_rank=0)
+    RAW.Barrier()  # every rank got here: none is left waiting for the file's bytes
