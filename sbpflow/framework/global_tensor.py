@@ -30,7 +30,7 @@ from ..ops import registry
 from ..ops.registry import KernelContext
 from ..sbp import boxing, infer, layout
 from ..sbp.placement import Placement
-from ..sbp.sbp import B, P, Sbp
+from ..sbp.sbp import B, P
 from ..vm import Blob
 from . import interpreter
 from .generator import default_generator
@@ -603,10 +603,6 @@ def logical_host(t: Tensor) -> np.ndarray:
     everyone = Placement.all(t._gl.placement.type)
     full = box(t, everyone, (B,))
     return full._device.prims.to_host(_local_alias(full)._data)
-
-
-def is_sbp(x) -> bool:
-    return isinstance(x, Sbp)
 
 
 
