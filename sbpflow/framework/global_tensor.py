@@ -68,8 +68,6 @@ _builder = interpreter._builder
 
 # -- making global tensors ---------------------------------------------------------------
 def _local_meta(meta: TensorMeta, placement: Placement, sbp, rank: int) -> TensorMeta:
-    if not placement.has(rank):
-        return TensorMeta((0,) * max(len(meta.shape), 1), meta.dtype)
     return TensorMeta(layout.local_shape(meta.shape, placement, sbp, rank), meta.dtype)
 
 
@@ -246,7 +244,7 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
         creation_sbp = None
     else:
         placement = device.placement
-        dev = interpreter._CPU if placement.type == "cpu" else interpreter.Device(placement.type)
+        dev = placement.device
         creation_sbp = device.sbp
     in_metas = tuple([t._meta for t in tensors])
     in_sbps = tuple([t._gl.sbp for t in tensors])
@@ -507,21 +505,14 @@ def _exchange_metas(t, placement, sbp) -> TensorMeta:
             )
     layout.check_split_axes(sbp, ndim)
     shape = [int(x) for x in first[3:3 + ndim]]
-    for k, x in enumerate(sbp):
-        if x != B and x != P:
-            # the logical extent of a split axis: the pieces along grid axis k, in order
-            line = placement.axis_ranks(members[0], k)
-            shape[x.axis] = sum(int(table[r][3 + x.axis]) for r in line)
-    # nested splits of one axis over two grid axes: sum again along the outer axes
-    for k, x in enumerate(sbp):
-        if x != B and x != P:
-            for j in range(k):
-                if sbp[j] == x:
-                    line = placement.axis_ranks(members[0], j)
-                    shape[x.axis] = 0
-                    for r0 in line:
-                        shape[x.axis] += sum(int(table[r][3 + x.axis])
-                                             for r in placement.axis_ranks(r0, k))
+    # The logical extent of a split axis: the pieces of the ranks that differ from the first
+    # member only on the grid axes splitting it (one line, or a sub-grid for nested splits).
+    c0 = placement.coords(members[0])
+    for a in {x.axis for x in sbp if x != B and x != P}:
+        cutting = {k for k, x in enumerate(sbp) if x != B and x != P and x.axis == a}
+        shape[a] = sum(int(table[r][3 + a]) for r in members
+                       if all(c == c0[k] for k, c in enumerate(placement.coords(r))
+                              if k not in cutting))
     meta = TensorMeta(tuple(shape), dtype)
     for r in members:
         want = layout.local_shape(meta.shape, placement, sbp, r)
@@ -609,12 +600,10 @@ def logical_host(t: Tensor) -> np.ndarray:
 def from_logical(host: np.ndarray, dtype, where: GlobalDevice) -> Tensor:
     """A global tensor whose logical value is `host` (every rank passes the same array and
     keeps its own piece; no communication)."""
-    from ..device import Device
-
     placement = where.placement
     sbp = where.sbp if where.sbp is not None else (B,) * placement.ndim
     layout.check_split_axes(sbp, host.ndim, "tensor")
-    dev = Device(placement.type)
+    dev = placement.device
     meta = TensorMeta(tuple(int(n) for n in host.shape), dtype)
     rank = _rank()
     made = tuple(B if x == P else x for x in sbp)  # P: made as B, then boxed (no comm)

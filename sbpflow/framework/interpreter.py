@@ -123,7 +123,7 @@ def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev, saved=None):
     def make_output(ref, meta, node, i, _dev=dev):
         blob, storage, strides, offset, gl = ref
         if gl is not None:
-            _dev = _CPU if gl.placement.type == "cpu" else Device(gl.placement.type)
+            _dev = gl.placement.device
         t = Tensor._make(blob, meta, _dev, storage, strides, offset)
         t._gl = gl
         if meta.dtype.is_floating_point:

@@ -14,14 +14,14 @@ from ..device import Device
 
 
 class Placement:
-    __slots__ = ("type", "_grid", "_flat", "_hash", "_index")
+    __slots__ = ("type", "device", "_grid", "_flat", "_hash", "_index")
 
     def __init__(self, type: str = "cpu", ranks=None):  # noqa: A002 - OneFlow's argument name
         if ranks is None:
             raise TypeError("placement(): missing required argument 'ranks'")
         if not isinstance(type, str):
             raise TypeError(f"placement(): argument 'type' must be str, not {_tname(type)}")
-        Device(type)  # raises for an unknown device type
+        device = Device(type)  # raises for an unknown device type
         if isinstance(ranks, range):
             ranks = list(ranks)
         grid = np.asarray(ranks, dtype=object) if not isinstance(ranks, int) else None
@@ -45,6 +45,7 @@ class Placement:
                 f"rank{'s' if world != 1 else ''} (0..{world - 1})"
             )
         object.__setattr__(self, "type", type)
+        object.__setattr__(self, "device", device)  # where each rank's piece lives
         object.__setattr__(self, "_grid", np.asarray(flat, dtype=np.int64).reshape(grid.shape))
         object.__setattr__(self, "_flat", tuple(int(r) for r in flat))
         object.__setattr__(self, "_hash", hash((type, self._flat, grid.shape)))
