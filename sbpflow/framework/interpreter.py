@@ -54,6 +54,8 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
     This is the hot path of eager mode: meta inference on the Python thread, one instruction
     to the VM, an autograd node when needed.  Keep it lean.
     """
+    if _apply_lazy is not None:  # inside nn.Graph.build(): record into the Job instead
+        return _apply_lazy(opdef, inputs, attrs, device, generator)
     attrs = opdef.bind_attrs(attrs)
     tensors = list(inputs[0]) if opdef.variadic else inputs
     if len(inputs) != len(opdef.inputs):
@@ -430,6 +432,14 @@ def _no_global(opdef, tensors, attrs, device, generator):
 
 
 _apply_global = _no_global
+_apply_lazy = None
+
+
+def set_lazy_apply(fn) -> None:
+    """Installed by graph tracing while `nn.Graph.build()` runs (None afterwards): the lazy
+    interpreter, which records ops into a Job instead of running them."""
+    global _apply_lazy
+    _apply_lazy = fn
 
 
 def set_global_apply(fn) -> None:

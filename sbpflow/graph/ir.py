@@ -1,0 +1,359 @@
+"""The Job: the op graph that `nn.Graph.build()` is traced into and that passes rewrite.
+
+A Job is a list of `OpNode`s in a valid execution order over named `LogicalTensor`s (SSA:
+every tensor name is produced by exactly one op).  Every tensor carries its logical meta and
+its placement and nd-SBP, so the same IR serves one rank and many (a later pass lowers it to a
+per-rank Plan).
+
+Op types are the registry's op names (`matmul`, `add`, ...) plus a few structural ones:
+
+| op_type    | inputs            | outputs | attrs                                                |
+|------------|-------------------|---------|------------------------------------------------------|
+| `input`    | -                 | 1       | `index`: position in the graph call's arguments     |
+| `variable` | -                 | 1       | `var`: name in `job.variables` (a parameter, buffer, |
+|            |                   |         | optimizer state or captured eager tensor)            |
+| `feed`     | -                 | 1       | `key`: a host scalar fed at every call (e.g. `lr`)   |
+| `constant` | -                 | 1       | `value`: a NumPy array (from constant folding)       |
+| `assign`   | var tensor, value | 0       | writes value into the variable (an in-place update)  |
+| `output`   | 1                 | 0       | `index`: position in the graph call's result         |
+
+Anything else must be a registered OpDef, or an op type with a kernel resolver registered in
+`KERNEL_RESOLVERS` (e.g. `fused_elementwise` from the fusion pass), so the compiler can find a
+kernel for every node.
+
+Attrs are the OpDef's bound attrs (values: bool, int, float, str, None, DType, tuples of
+those); `constant`'s value is an ndarray.  `to_json`/`from_json` round-trip all of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .._core import dtype as dt
+from .._core.meta import TensorMeta
+from ..sbp import B, P, S
+from ..sbp.placement import Placement
+
+STRUCTURAL = ("input", "variable", "feed", "constant", "assign", "output")
+
+# op_type -> fn(op_node, job) -> kernel(ctx, *arrays, **attrs); for op types that are not
+# registered OpDefs (the fusion pass registers `fused_elementwise` here).
+KERNEL_RESOLVERS: dict[str, Callable[..., Any]] = {}
+
+
+@dataclasses.dataclass
+class LogicalTensor:
+    """One value of the Job: its logical meta, placement and nd-SBP, and who makes it."""
+
+    name: str
+    meta: TensorMeta
+    placement: Placement
+    sbp: tuple  # nd-SBP, one entry per placement hierarchy axis
+    producer: str | None = None  # name of the OpNode that writes it
+    # Set by memory planning: (offset, nbytes) in the plan's memory block, or None when the
+    # tensor is not planned (variables, views, outputs of kernels that allocate their own).
+    mem: tuple[int, int] | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.meta.shape
+
+    @property
+    def dtype(self) -> dt.DType:
+        return self.meta.dtype
+
+
+@dataclasses.dataclass
+class OpNode:
+    """One op call: op type, input and output tensor names, bound attrs, and where it came
+    from (the module path `scope` and the user's `build()` line `loc`)."""
+
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict = dataclasses.field(default_factory=dict)
+    scope: str = ""
+    loc: tuple[str, int] | None = None  # (filename, lineno) of the user's line
+
+    def where(self) -> str:
+        """'<file>:<line>' of the user's build() line, for error messages."""
+        if self.loc is None:
+            return "<unknown>"
+        return f"{self.loc[0]}:{self.loc[1]}"
+
+
+@dataclasses.dataclass
+class Variable:
+    """A variable of the Job: state that lives across calls (parameters, buffers, optimizer
+    states).  `tensor` is the eager tensor whose memory the graph reads and writes, so eager
+    code and the graph see the same values; it is not serialised."""
+
+    name: str
+    meta: TensorMeta
+    trainable: bool = False
+    tensor: Any = None
+
+
+class Job:
+    """An op graph: ops in execution order, tensors by name, variables, and what the caller
+    feeds and fetches.  Passes mutate it through the methods below, which keep the producer
+    links and the name counters consistent."""
+
+    def __init__(self, name: str = "job"):
+        self.name = name
+        self.ops: list[OpNode] = []
+        self.tensors: dict[str, LogicalTensor] = {}
+        self.variables: dict[str, Variable] = {}
+        self.config: dict[str, Any] = {}  # graph config flags passes read (allow_fuse_*, ...)
+        self.loss: list[str] = []  # tensors `loss.backward()` was called on inside build()
+        self.grads: dict[str, str] = {}  # variable name -> gradient tensor (autograd pass)
+        self.stats: dict[str, Any] = {}  # what passes report, e.g. memory planning's peak
+        self._counter = itertools.count()
+
+    # -- building ---------------------------------------------------------------------------
+    def new_name(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._counter)}"
+
+    def add_tensor(self, meta: TensorMeta, placement: Placement, sbp: tuple,
+                   name: str | None = None) -> LogicalTensor:
+        name = name or self.new_name("t")
+        if name in self.tensors:
+            raise ValueError(f"Job {self.name}: tensor {name!r} exists")
+        t = LogicalTensor(name, meta, placement, tuple(sbp))
+        self.tensors[name] = t
+        return t
+
+    def add_op(self, op_type: str, inputs, outputs, attrs=None, scope: str = "", loc=None,
+               name: str | None = None, index: int | None = None) -> OpNode:
+        """Append an op (or insert it at `index`); `outputs` are names of tensors already
+        added with `add_tensor`, which this op now produces."""
+        name = name or self.new_name(f"{scope + '-' if scope else ''}{op_type}")
+        node = OpNode(name, op_type, tuple(inputs), tuple(outputs), dict(attrs or {}), scope,
+                      loc)
+        for i in node.inputs:
+            if i not in self.tensors:
+                raise ValueError(f"Job {self.name}: op {name} reads unknown tensor {i!r}")
+        for o in node.outputs:
+            t = self.tensors[o]
+            if t.producer is not None:
+                raise ValueError(f"Job {self.name}: tensor {o!r} already produced by "
+                                 f"{t.producer}")
+            t.producer = name
+        if index is None:
+            self.ops.append(node)
+        else:
+            self.ops.insert(index, node)
+        return node
+
+    def remove_ops(self, names) -> None:
+        """Drop ops (and the tensors only they produce)."""
+        names = set(names)
+        keep = []
+        for op in self.ops:
+            if op.name in names:
+                for o in op.outputs:
+                    self.tensors.pop(o, None)
+            else:
+                keep.append(op)
+        self.ops = keep
+
+    def replace_uses(self, old: str, new: str) -> None:
+        """Make every reader of tensor `old` read `new` instead (also loss/grads lists)."""
+        for op in self.ops:
+            if old in op.inputs:
+                op.inputs = tuple(new if i == old else i for i in op.inputs)
+        self.loss = [new if x == old else x for x in self.loss]
+        self.grads = {k: (new if v == old else v) for k, v in self.grads.items()}
+
+    # -- queries ----------------------------------------------------------------------------
+    def op(self, name: str) -> OpNode:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    def producer(self, tensor: str) -> OpNode | None:
+        p = self.tensors[tensor].producer
+        return None if p is None else self.op(p)
+
+    def consumers(self) -> dict[str, list[OpNode]]:
+        """tensor name -> the ops that read it, in execution order."""
+        out: dict[str, list[OpNode]] = {}
+        for op in self.ops:
+            for i in op.inputs:
+                out.setdefault(i, []).append(op)
+        return out
+
+    def ops_of(self, op_type: str) -> Iterator[OpNode]:
+        return (op for op in self.ops if op.op_type == op_type)
+
+    def inputs(self) -> list[OpNode]:
+        return sorted(self.ops_of("input"), key=lambda o: o.attrs["index"])
+
+    def outputs(self) -> list[OpNode]:
+        return sorted(self.ops_of("output"), key=lambda o: o.attrs["index"])
+
+    def check(self) -> None:
+        """Every input is produced earlier, every tensor is produced once: raise otherwise."""
+        seen = set()
+        for op in self.ops:
+            for i in op.inputs:
+                if i not in seen:
+                    raise ValueError(f"Job {self.name}: op {op.name} reads {i!r} before it is "
+                                     "produced")
+            for o in op.outputs:
+                if o in seen:
+                    raise ValueError(f"Job {self.name}: {o!r} is produced twice")
+                seen.add(o)
+
+    # -- text forms ---------------------------------------------------------------------------
+    def __str__(self) -> str:
+        lines = [f"Job {self.name} ({len(self.ops)} ops, {len(self.variables)} variables)"]
+        for op in self.ops:
+            outs = ", ".join(_tensor_text(self.tensors[o]) for o in op.outputs)
+            attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in op.attrs.items())
+            scope = f"  # {op.scope}" if op.scope else ""
+            lhs = f"{outs} = " if outs else ""
+            lines.append(f"  {lhs}{op.op_type}({', '.join(op.inputs)}"
+                         f"{'; ' + attrs if attrs else ''}){scope}")
+        return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """Graphviz source: ops as boxes, tensors as edges labelled with shape and SBP."""
+        lines = [f'digraph "{self.name}" {{', "  node [shape=box, fontsize=10];"]
+        for op in self.ops:
+            label = op.op_type if not op.scope else f"{op.op_type}\\n{op.scope}"
+            lines.append(f'  "{op.name}" [label="{label}"];')
+        for op in self.ops:
+            for i in op.inputs:
+                t = self.tensors[i]
+                if t.producer is not None:
+                    lines.append(f'  "{t.producer}" -> "{op.name}" '
+                                 f'[label="{_meta_text(t)}", fontsize=8];')
+        lines.append("}")
+        return "\n".join(lines)
+
+    # -- serialisation ----------------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps({
+            "name": self.name,
+            "config": {k: _enc(v) for k, v in self.config.items()},
+            "loss": self.loss,
+            "grads": self.grads,
+            "variables": [{"name": v.name, "shape": list(v.meta.shape),
+                           "dtype": v.meta.dtype.name, "trainable": v.trainable}
+                          for v in self.variables.values()],
+            "tensors": [{"name": t.name, "shape": list(t.meta.shape), "dtype": t.meta.dtype.name,
+                         "placement": {"type": t.placement.type,
+                                       "ranks": t.placement.ranks},
+                         "sbp": [_sbp_enc(x) for x in t.sbp],
+                         "mem": list(t.mem) if t.mem is not None else None}
+                        for t in self.tensors.values()],
+            "ops": [{"name": o.name, "op_type": o.op_type, "inputs": list(o.inputs),
+                     "outputs": list(o.outputs),
+                     "attrs": {k: _enc(v) for k, v in o.attrs.items()},
+                     "scope": o.scope, "loc": list(o.loc) if o.loc else None}
+                    for o in self.ops],
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        d = json.loads(text)
+        job = cls(d["name"])
+        job.config = {k: _dec(v) for k, v in d["config"].items()}
+        job.loss = list(d["loss"])
+        job.grads = dict(d["grads"])
+        for v in d["variables"]:
+            job.variables[v["name"]] = Variable(
+                v["name"], TensorMeta(tuple(v["shape"]), dt._by_name(v["dtype"])),
+                v["trainable"])
+        for t in d["tensors"]:
+            lt = job.add_tensor(TensorMeta(tuple(t["shape"]), dt._by_name(t["dtype"])),
+                                Placement(t["placement"]["type"], t["placement"]["ranks"]),
+                                tuple(_sbp_dec(x) for x in t["sbp"]), name=t["name"])
+            lt.mem = tuple(t["mem"]) if t["mem"] is not None else None
+        for o in d["ops"]:
+            job.add_op(o["op_type"], o["inputs"], o["outputs"],
+                       {k: _dec(v) for k, v in o["attrs"].items()}, o["scope"],
+                       tuple(o["loc"]) if o["loc"] else None, name=o["name"])
+        # Keep fresh names unique after a round trip.
+        job._counter = itertools.count(len(job.ops) + len(job.tensors) + 1)
+        return job
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _meta_text(t: LogicalTensor) -> str:
+    sbp = ", ".join(map(repr, t.sbp))
+    return f"{t.dtype.name}{list(t.shape)} ({sbp})"
+
+
+def _tensor_text(t: LogicalTensor) -> str:
+    return f"{t.name}: {_meta_text(t)}"
+
+
+def _attr_text(v) -> str:
+    if isinstance(v, np.ndarray):
+        return f"array({v.dtype}{list(v.shape)})"
+    if isinstance(v, dt.DType):
+        return v.name
+    return repr(v)
+
+
+def _enc(v):
+    """Attr value -> JSON.  Tuples, dtypes and arrays are tagged so they come back typed."""
+    if isinstance(v, dt.DType):
+        return {"$dtype": v.name}
+    if isinstance(v, np.ndarray):
+        return {"$array": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode(),
+                "dtype": v.dtype.str, "shape": list(v.shape)}
+    if isinstance(v, tuple):
+        return {"$tuple": [_enc(x) for x in v]}
+    if isinstance(v, list):
+        return [_enc(x) for x in v]
+    if isinstance(v, dict):
+        return {"$dict": [[_enc(k), _enc(x)] for k, x in v.items()]}
+    if isinstance(v, float) and not np.isfinite(v):
+        return {"$float": repr(v)}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    raise TypeError(f"Job attr of type {type(v).__name__} is not serialisable: {v!r}")
+
+
+def _dec(v):
+    if isinstance(v, dict):
+        if "$dtype" in v:
+            return dt._by_name(v["$dtype"])
+        if "$array" in v:
+            raw = base64.b64decode(v["$array"])
+            return np.frombuffer(raw, dtype=np.dtype(v["dtype"])).reshape(v["shape"]).copy()
+        if "$tuple" in v:
+            return tuple(_dec(x) for x in v["$tuple"])
+        if "$dict" in v:
+            return {_dec(k): _dec(x) for k, x in v["$dict"]}
+        if "$float" in v:
+            return float(v["$float"])
+    if isinstance(v, list):
+        return [_dec(x) for x in v]
+    return v
+
+
+def _sbp_enc(x) -> str:
+    return repr(x)  # "S(0)", "B", "P"
+
+
+def _sbp_dec(s: str):
+    if s == "B":
+        return B
+    if s == "P":
+        return P
+    return S(int(s[2:-1]))
