@@ -119,11 +119,21 @@ class OpNode(Node):
         self.device = device
         self.opdef = opdef
         self.attrs = attrs
-        self._name = _camel(opdef.name) + "Backward0"
-        self.saved_inputs = [SavedTensor(t, self._name) for t in inputs]
+        self._name = name = _camel(opdef.name) + "Backward0"
+        # Only what the grad rule reads (OpDef.saves) stays alive; the rest is None, so a
+        # chain like `h = h + 1` keeps no intermediate storage (as torch's AddBackward).
+        keep = opdef.saved_input_indices(len(inputs))
+        saved_in = [None] * len(inputs)
+        for i in keep:
+            saved_in[i] = SavedTensor(inputs[i], name)
+        self.saved_inputs = saved_in
         # Outputs are saved as bare storage; `make_output` rebuilds a tensor whose grad_fn is
         # this node, so saving them makes no reference cycle.
-        self.saved_outputs = [(o._data_ref(), o._version) for o in outputs]
+        saved_out = [None] * len(outputs)
+        for i in opdef.saved_output_indices(len(outputs)):
+            o = outputs[i]
+            saved_out[i] = (o._data_ref(), o._version)
+        self.saved_outputs = saved_out
         self._make_output = make_output
         self.in_metas = in_metas
         self.out_metas = out_metas
@@ -159,19 +169,30 @@ class GradContext:
         return tuple(self.input(i) for i in range(len(self._node.in_metas)))
 
     def input(self, i: int):
-        if self._node.saved_inputs is None:
+        node = self._node
+        saved = node.saved_inputs
+        if saved is None:
+            _check_declared(node, "input", i, len(node.in_metas))
             raise RuntimeError(_FREED)
-        return self._node.saved_inputs[i].unpack()
+        entry = saved[i]
+        if entry is None:
+            _check_declared(node, "input", i, len(saved))
+        return entry.unpack()
 
     @property
     def outputs(self):
-        return tuple(self.output(i) for i in range(len(self._node.saved_outputs)))
+        return tuple(self.output(i) for i in range(len(self._node.out_metas)))
 
     def output(self, i: int):
         node = self._node
-        if node.saved_outputs is None:
+        saved = node.saved_outputs
+        if saved is None:
+            _check_declared(node, "output", i, len(node.out_metas))
             raise RuntimeError(_FREED)
-        ref, version = node.saved_outputs[i]
+        entry = saved[i]
+        if entry is None:
+            _check_declared(node, "output", i, len(saved))
+        ref, version = entry
         t = node._make_output(ref, node.out_metas[i], node, i)
         if t._version != version:
             raise version_error(t, node, i, version)
@@ -192,6 +213,19 @@ class GradContext:
     @property
     def needs_input_grad(self):
         return self._node.needs_input_grad
+
+
+def _check_declared(node: OpNode, kind: str, i: int, n: int) -> None:
+    """A grad rule read a tensor its OpDef does not declare in `saves`: a bug in the
+    declaration, reported loudly rather than silently keeping memory alive."""
+    opdef = node.opdef
+    keep = opdef.saved_input_indices(n) if kind == "input" else opdef.saved_output_indices(n)
+    if not -n <= i < n:
+        raise IndexError(f"grad rule of {opdef.name!r} read {kind} {i} of {n}")
+    if i % n not in keep:
+        raise AssertionError(
+            f"internal error: grad rule of {opdef.name!r} read {kind} {i}, which its OpDef "
+            f"does not save (saves={opdef.saves!r})")
 
 
 def _camel(name: str) -> str:

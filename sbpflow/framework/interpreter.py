@@ -415,9 +415,10 @@ def _save_target_instead(value: Tensor, target: Tensor) -> None:
     if not isinstance(node, OpNode) or not node.saved_outputs:
         return
     node.saved_outputs = [
-        (target._data_ref(), target._storage.version)
-        if ref[1] is value._storage else (ref, version)
-        for ref, version in node.saved_outputs
+        None if entry is None
+        else (target._data_ref(), target._storage.version)
+        if entry[0][1] is value._storage else entry
+        for entry in node.saved_outputs
     ]
 
 

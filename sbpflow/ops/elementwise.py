@@ -105,6 +105,7 @@ register(OpDef(
     infer_meta=lambda x: x,
     kernel=lambda ctx, x: ctx.prims.contiguous(x),
     grad=lambda ctx, g: (g,),
+    saves=(),
     sbp=lambda x: elementwise_signatures([x.shape], x.shape, partial=[("P",)]),
     reference="clone",
     samples=lambda rng: [Sample(_rand(rng, 2, 3)), Sample(_rand(rng, 4).astype(np.int32))],
@@ -134,6 +135,7 @@ register(OpDef(
     infer_meta=lambda x, dtype: TensorMeta(x.shape, dtype),
     kernel=lambda ctx, x, dtype: ctx.prims.cast(x, dtype),
     grad=_to_dtype_grad,
+    saves=(),
     sbp=_to_dtype_sbp,
     reference=lambda torch, x, dtype: x.to(dtype),  # the harness passes a torch dtype
     # Finite differences need a float64 result; narrowing casts are checked forward only.
@@ -500,7 +502,8 @@ def _bitwise_samples(rng):
 
 
 # -- binary registrations -------------------------------------------------------------------
-def _register_binary(name, *, grad=None, partial=(), samples=_binary_samples, doc=""):
+def _register_binary(name, *, grad=None, saves=None, partial=(), samples=_binary_samples,
+                     doc=""):
     meta = _binary_meta(name)
     register(OpDef(
         name,
@@ -508,6 +511,7 @@ def _register_binary(name, *, grad=None, partial=(), samples=_binary_samples, do
         infer_meta=meta,
         kernel=_binary_kernel(name),
         grad=grad,
+        saves=saves,
         sbp=lambda a, b: elementwise_signatures([a.shape, b.shape], meta(a, b).shape,
                                                 partial=partial),
         reference=name,
@@ -516,20 +520,24 @@ def _register_binary(name, *, grad=None, partial=(), samples=_binary_samples, do
     ))
 
 
-_register_binary("add", grad=_add_grad, partial=[("P", "P")])  # (P,P)->P: sum of sums
-_register_binary("sub", grad=_sub_grad, partial=[("P", "P")])  # (P,P)->P: linear jointly
+_BOTH = ("input", "other")
+# (P,P)->P: sum of sums; (P,P)->P for sub: linear jointly.
+_register_binary("add", grad=_add_grad, saves=(), partial=[("P", "P")])
+_register_binary("sub", grad=_sub_grad, saves=(), partial=[("P", "P")])
 # (P,B)->P and (B,P)->P: linear in each operand separately, never (P,P).
-_register_binary("mul", grad=_mul_grad, partial=[("P", "B"), ("B", "P")])
+_register_binary("mul", grad=_mul_grad, saves=_BOTH, partial=[("P", "B"), ("B", "P")])
 # floor_divide, remainder, fmod, pow, maximum, minimum, atan2: no P rule, not linear.
 # torch has no derivative for floor_divide: its samples check the forward only.
-_register_binary("floor_divide", grad=_zero_grads,
+_register_binary("floor_divide", grad=_zero_grads, saves=(),
                  samples=lambda rng: _divisor_samples(rng, grad=False))
-_register_binary("remainder", grad=_rounded_quotient_grad("floor"), samples=_divisor_samples)
-_register_binary("fmod", grad=_rounded_quotient_grad("trunc"), samples=_divisor_samples)
-_register_binary("pow", grad=_pow_grad, samples=_pow_samples)
-_register_binary("maximum", grad=_extremum_grad("lt"), samples=_extremum_samples)
-_register_binary("minimum", grad=_extremum_grad("gt"), samples=_extremum_samples)
-_register_binary("atan2", grad=_atan2_grad)
+_register_binary("remainder", grad=_rounded_quotient_grad("floor"), saves=_BOTH,
+                 samples=_divisor_samples)
+_register_binary("fmod", grad=_rounded_quotient_grad("trunc"), saves=_BOTH,
+                 samples=_divisor_samples)
+_register_binary("pow", grad=_pow_grad, saves=(*_BOTH, "out"), samples=_pow_samples)
+_register_binary("maximum", grad=_extremum_grad("lt"), saves=_BOTH, samples=_extremum_samples)
+_register_binary("minimum", grad=_extremum_grad("gt"), saves=_BOTH, samples=_extremum_samples)
+_register_binary("atan2", grad=_atan2_grad, saves=_BOTH)
 for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     _register_binary(_name, samples=_bitwise_samples)  # no P rule: not linear
 
@@ -563,6 +571,7 @@ register(OpDef(
     infer_meta=_div_meta,
     kernel=_div_kernel,
     grad=_div_grad,
+    saves=("input", "other"),
     sbp=_div_sbp,
     reference="div",
     samples=_div_samples,
@@ -700,7 +709,8 @@ def _pow_scalar_grad(ctx, g):
     return (op("mul_scalar", gy, other=math.log(s) if s > 0 else math.nan),)
 
 
-def _register_scalar(name, *, grad=None, partial=(), reference, samples=_scalar_samples):
+def _register_scalar(name, *, grad=None, saves=None, partial=(), reference,
+                     samples=_scalar_samples):
     meta = _scalar_meta_fn(name)
     register(OpDef(
         name + "_scalar",
@@ -709,6 +719,7 @@ def _register_scalar(name, *, grad=None, partial=(), reference, samples=_scalar_
         infer_meta=meta,
         kernel=_scalar_kernel(name),
         grad=grad,
+        saves=saves,
         sbp=lambda x, other, reverse: elementwise_signatures([x.shape], x.shape,
                                                              partial=partial),
         reference=_scalar_reference(reference),
@@ -743,18 +754,19 @@ def _pow_scalar_samples(rng):
             Sample(np.array([True, False]), other=2, grad=False)]
 
 
-_register_scalar("add", grad=lambda ctx, g: (g,), reference=lambda a, b: a + b)
-_register_scalar("sub", grad=_neg_scalar_grad, reference=lambda a, b: a - b)
+_register_scalar("add", grad=lambda ctx, g: (g,), saves=(), reference=lambda a, b: a + b)
+_register_scalar("sub", grad=_neg_scalar_grad, saves=(), reference=lambda a, b: a - b)
 # (P)->P: x * s is linear in x.
-_register_scalar("mul", grad=_mul_scalar_grad, partial=[("P",)], reference=lambda a, b: a * b)
+_register_scalar("mul", grad=_mul_scalar_grad, saves=(), partial=[("P",)],
+                 reference=lambda a, b: a * b)
 # torch has no derivative for floor_divide, nor for remainder(Scalar, Tensor): those samples
 # check the forward only (tests/ops/test_elementwise_extra.py checks the rules).
-_register_scalar("floor_divide", grad=_zero_grads, reference=lambda a, b: a // b,
+_register_scalar("floor_divide", grad=_zero_grads, saves=(), reference=lambda a, b: a // b,
                  samples=lambda rng: _scalar_divisor_samples(rng, grad=False))
-_register_scalar("remainder", grad=_scalar_rounded_quotient_grad("floor"),
+_register_scalar("remainder", grad=_scalar_rounded_quotient_grad("floor"), saves=("input",),
                  reference=lambda a, b: a % b,
                  samples=lambda rng: _scalar_divisor_samples(rng, reverse_grad=False))
-_register_scalar("fmod", grad=_scalar_rounded_quotient_grad("trunc"),
+_register_scalar("fmod", grad=_scalar_rounded_quotient_grad("trunc"), saves=("input",),
                  reference=lambda a, b: _torch_fmod(a, b), samples=_scalar_divisor_samples)
 register(OpDef(
     "pow_scalar",
@@ -763,6 +775,7 @@ register(OpDef(
     infer_meta=_pow_scalar_meta,
     kernel=_scalar_kernel("pow"),
     grad=_pow_scalar_grad,
+    saves=("input", "out"),
     sbp=lambda x, other, reverse: elementwise_signatures([x.shape], x.shape),
     reference=_scalar_reference(lambda a, b: a ** b),
     samples=_pow_scalar_samples,
@@ -838,6 +851,7 @@ register(OpDef(
     infer_meta=_div_scalar_meta,
     kernel=_div_scalar_kernel,
     grad=_div_scalar_grad,
+    saves=("input",),
     sbp=_div_scalar_sbp,
     reference=_div_scalar_reference,
     samples=_div_scalar_samples,
@@ -920,17 +934,22 @@ _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 def _gx(f):
     """A grad rule g * f(x)."""
-    return lambda ctx, g: (op("mul", g, f(ctx.input(0))),)
+    return _reads(lambda ctx, g: (op("mul", g, f(ctx.input(0))),), "input")
 
 
 def _gy(f):
     """A grad rule g * f(y) on the saved output."""
-    return lambda ctx, g: (op("mul", g, f(ctx.output(0))),)
+    return _reads(lambda ctx, g: (op("mul", g, f(ctx.output(0))),), "out")
 
 
 def _g_over_x(f):
     """A grad rule g / f(x)."""
-    return lambda ctx, g: (op("div", g, f(ctx.input(0))),)
+    return _reads(lambda ctx, g: (op("div", g, f(ctx.input(0))),), "input")
+
+
+def _reads(rule, name):
+    rule.saves = (name,)  # what the OpDef saves for this rule
+    return rule
 
 
 def _scaled(name, s):
@@ -986,6 +1005,7 @@ for _name, (_grad, _dom, _int_range) in _FLOAT_UNARY.items():
         infer_meta=_float_meta,
         kernel=_float_unary_kernel(_name),
         grad=_grad,
+        saves=_grad.saves,
         sbp=lambda x: elementwise_signatures([x.shape], x.shape),  # not linear: no P rule
         reference=_name,
         samples=_float_unary_samples(_dom, *(_int_range or (None, None))),
@@ -1054,6 +1074,7 @@ register(OpDef(
     kernel=_erfinv_kernel,
     # d erfinv / dx = sqrt(pi) / 2 * exp(y**2)
     grad=_gy(lambda y: op("mul_scalar", op("exp", _square(y)), other=math.sqrt(math.pi) / 2)),
+    saves=("out",),
     sbp=lambda x: elementwise_signatures([x.shape], x.shape),
     reference="erfinv",
     samples=_erfinv_samples,
@@ -1168,13 +1189,14 @@ def _abs_grad(ctx, g):
     return (op("mul", g, op("sign", ctx.input(0))),)
 
 
-def _register_same(name, kernel, meta, grad, samples, partial=(), reference=None):
+def _register_same(name, kernel, meta, grad, samples, partial=(), reference=None, saves=()):
     register(OpDef(
         name,
         inputs=("input",),
         infer_meta=meta,
         kernel=kernel,
         grad=grad,
+        saves=saves,
         sbp=lambda x, **attrs: elementwise_signatures([x.shape], x.shape, partial=partial),
         reference=reference or name,
         samples=samples,
@@ -1185,7 +1207,7 @@ def _register_same(name, kernel, meta, grad, samples, partial=(), reference=None
 _register_same("neg", lambda ctx, x: ctx.prims.unary("neg", x), _neg_meta,
                lambda ctx, g: (op("neg", g),), _same_samples(), partial=[("P",)])
 _register_same("abs", lambda ctx, x: ctx.prims.unary("abs", x), _same_meta("abs"), _abs_grad,
-               _same_samples())
+               _same_samples(), saves=("input",))
 _register_same("sign", _sign_kernel, _same_meta("sign", allow_bool=True), _zero_grads,
                lambda rng: _same_samples(include_bool=True)(rng) + [
                    Sample(np.array([np.nan, 0.0, -0.0, np.inf, -np.inf]), grad=False)])
@@ -1196,7 +1218,7 @@ _register_same("frac", _frac_kernel, _same_meta("frac", allow_int=False),
                lambda ctx, g: (g,), _same_samples(include_ints=False))
 _register_same("square", _square_kernel, _square_meta,
                _gx(lambda x: op("mul_scalar", x, other=2)),
-               _same_samples(include_bool=True))
+               _same_samples(include_bool=True), saves=("input",))
 register(OpDef(
     "round",
     inputs=("input",),
@@ -1204,6 +1226,7 @@ register(OpDef(
     infer_meta=_round_meta,
     kernel=_round_kernel,
     grad=_zero_grads,
+    saves=(),
     sbp=lambda x, decimals: elementwise_signatures([x.shape], x.shape),
     reference="round",
     samples=_round_samples,
@@ -1305,6 +1328,7 @@ register(OpDef(
     infer_meta=_where_meta,
     kernel=_where_kernel,
     grad=_where_grad,
+    saves=("condition",),
     sbp=_where_sbp,
     reference="where",
     samples=_where_samples,
@@ -1350,6 +1374,7 @@ register(OpDef(
     infer_meta=_where_scalar_meta,
     kernel=_where_scalar_kernel,
     grad=_where_scalar_grad,
+    saves=("condition",),
     sbp=_where_scalar_sbp,
     reference=_where_scalar_reference,
     samples=lambda rng: [
@@ -1448,6 +1473,7 @@ register(OpDef(
     infer_meta=_clamp_meta,
     kernel=_clamp_kernel,
     grad=_clamp_grad,
+    saves=("input",),
     sbp=lambda x, min, max: elementwise_signatures([x.shape], x.shape),  # not linear
     reference="clamp",
     samples=_clamp_samples,
@@ -1504,6 +1530,7 @@ for _name, _prim, _keep, _past in (("clamp_min", "maximum", "ge", "lt"),
         infer_meta=_clamp_bound_meta(_name),
         kernel=_clamp_bound_kernel(_prim),
         grad=_clamp_bound_grad(_keep, _past),
+        saves=("input", _name[-3:]),
         sbp=(lambda n: lambda x, b: elementwise_signatures(
             [x.shape, b.shape], broadcast_shapes(n, x.shape, b.shape)))(_name),
         reference=_name,
@@ -1544,6 +1571,7 @@ register(OpDef(
     infer_meta=_clamp_tensor_meta,
     kernel=_clamp_tensor_kernel,
     grad=_clamp_tensor_grad,
+    saves=("input", "min", "max"),
     sbp=lambda x, lo, hi: elementwise_signatures([x.shape, lo.shape, hi.shape],
                                                  _clamp_tensor_meta(x, lo, hi).shape),
     reference=lambda torch, x, lo, hi: torch.clamp(x, lo, hi),
@@ -1635,6 +1663,7 @@ register(OpDef(
     infer_meta=_lerp_meta,
     kernel=_lerp_kernel,
     grad=_lerp_grad,
+    saves=("input", "end", "weight"),
     # (P,P,B)->P: (1 - w) * start + w * end is linear in (start, end) jointly.
     sbp=lambda s, e, w: elementwise_signatures([s.shape, e.shape, w.shape],
                                                _lerp_meta(s, e, w).shape,
@@ -1673,6 +1702,7 @@ register(OpDef(
     infer_meta=_lerp_scalar_meta,
     kernel=_lerp_scalar_kernel,
     grad=_lerp_scalar_grad,
+    saves=(),
     # (P,P)->P: (1 - w) * start + w * end is linear in (start, end) jointly.
     sbp=lambda s, e, weight: elementwise_signatures(
         [s.shape, e.shape], broadcast_shapes("lerp", s.shape, e.shape), partial=[("P", "P")]),
@@ -1779,6 +1809,7 @@ for _name, _prim, _grad, _partial in (
         infer_meta=_addc_meta(_name),
         kernel=_addc_kernel(_prim),
         grad=_grad,
+        saves=("tensor1", "tensor2"),
         sbp=(lambda meta, partial: lambda x, t1, t2, value: elementwise_signatures(
             [x.shape, t1.shape, t2.shape], meta(x, t1, t2).shape, partial=partial))(
                 _addc_meta(_name), _partial),
@@ -1815,6 +1846,7 @@ register(OpDef(
     kernel=_nan_to_num_kernel,
     # torch: grad * isfinite(x)
     grad=lambda ctx, g: (_masked(op("isfinite", ctx.input(0)), g),),
+    saves=("input",),
     sbp=lambda x, nan, posinf, neginf: elementwise_signatures([x.shape], x.shape),
     reference="nan_to_num",
     samples=lambda rng: [

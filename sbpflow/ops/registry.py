@@ -181,11 +181,45 @@ class OpDef:
     samples: Callable[..., Any] | None = None
     view: bool = False  # output 0 shares storage with input 0
     random: bool = False  # the kernel draws from the generator (ctx.seed, ctx.offset)
+    # What `grad` reads through ctx.input(i) / ctx.output(i): schema names of inputs and
+    # outputs (metas, attrs and needs_input_grad are always there).  Autograd keeps only
+    # these alive, and graph memory planning frees the rest early.  None: not declared
+    # (every op with a grad must declare; the registry test checks).
+    saves: tuple[str, ...] | None = None
     doc: str = ""
 
     def __post_init__(self):
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")
         self._meta_cache: dict = {}
+        in_names = tuple(n.lstrip("*") for n in self.inputs)
+        if self.saves is None:
+            self._saved_in, self._saved_out = None, None
+            return
+        if isinstance(self.saves, str):
+            raise ValueError(f"op {self.name!r}: saves must be a tuple of names, not a str")
+        for n in self.saves:
+            if n in in_names and n in self.outputs:
+                raise ValueError(f"op {self.name!r}: saved name {n!r} is an input and an output")
+            if n not in in_names and n not in self.outputs:
+                raise ValueError(f"op {self.name!r} saves {n!r}, which is neither an input "
+                                 f"{in_names} nor an output {self.outputs}")
+        self._saved_in = tuple(i for i, n in enumerate(in_names) if n in self.saves)
+        self._saved_out = tuple(i for i, n in enumerate(self.outputs) if n in self.saves)
+
+    def saved_input_indices(self, n_inputs: int) -> tuple[int, ...]:
+        """Positions of the inputs (of a call with n_inputs tensors) that `grad` reads; a
+        variadic op saves all or none of its tensors.  Undeclared: all."""
+        if self._saved_in is None:
+            return tuple(range(n_inputs))
+        if self.variadic:
+            return tuple(range(n_inputs)) if self._saved_in else ()
+        return self._saved_in
+
+    def saved_output_indices(self, n_outputs: int) -> tuple[int, ...]:
+        """Positions of the outputs that `grad` reads.  Undeclared: all."""
+        if self._saved_out is None:
+            return tuple(range(n_outputs))
+        return self._saved_out
 
     # -- schema ---------------------------------------------------------------------------
     def bind_attrs(self, attrs: dict) -> dict:
