@@ -8,14 +8,10 @@ copy between devices, collective (on the comm stream) and barrier.
 from __future__ import annotations
 
 from .instruction import Call, OpCall
-from .machine import Mode, VirtualMachine, get_vm
+from .machine import DEFAULT_INLINE_MAX, Mode, VirtualMachine, get_vm
 
-# An op producing fewer elements than this is "small": when its stream is idle it runs inline
-# on the issuing thread.  Handing an instruction to a worker costs two GIL hand-offs, and while
-# Python code runs on the issuing thread the worker waits for the GIL after every NumPy call;
-# below 256K output elements (1 MB of float32) that costs more than the overlap it buys
-# (measured in BENCHMARKS.md).
-SMALL_NUMEL = 1 << 18
+# The default bound on "small" (inline-able) instructions; the live value is vm.inline_max.
+SMALL_NUMEL = DEFAULT_INLINE_MAX
 
 
 class InstructionsBuilder:
@@ -31,7 +27,8 @@ class InstructionsBuilder:
                 variadic=False, view=False, device_type="cpu"):
         """Run `kernel` on the arrays of blobs `ins`, producing blobs `outs`."""
         vm = self._vm or get_vm()
-        small = view or sum(m.numel for m in ctx.out_metas) < SMALL_NUMEL
+        # A view allocates nothing: it counts as 0 elements (inline unless inline_max is 0).
+        small = (0 if view else sum(m.numel for m in ctx.out_metas)) < vm.inline_max
         # The user's line is looked up only if the instruction goes to a worker (VM.issue).
         instr = OpCall(name, None, kernel, ctx, attrs, ins, outs, variadic, not view, small)
         stream = vm.streams.get(device_type) or vm.stream(device_type)
@@ -43,7 +40,7 @@ class InstructionsBuilder:
         """Run fn() for effect, ordered after the writers (and, for writes, the readers) of
         the given storages: in-place writes, collectives, copies."""
         vm = self.vm
-        small = numel is not None and numel < SMALL_NUMEL  # e.g. an in-place copy
+        small = numel is not None and numel < vm.inline_max  # e.g. an in-place copy
         instr = Call(name, None, fn, ins=ins, outs=outs, kind=kind, small=small)
         vm.issue(instr, vm.stream(stream), reads=reads, writes=writes)
         return instr

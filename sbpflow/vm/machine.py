@@ -24,6 +24,31 @@ from .stream import Stream
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# An instruction producing fewer elements than this is "small": when its stream is idle it runs
+# inline on the issuing thread.  Handing an instruction to a worker costs two GIL hand-offs,
+# and while Python code runs on the issuing thread the worker waits for the GIL after every
+# NumPy call; below 256K output elements (1 MB of float32) that costs more than the overlap it
+# buys (measured in BENCHMARKS.md).  SBPFLOW_VM_INLINE_MAX overrides it; 0 hands everything to
+# the workers (tests use that to exercise the async path with small shapes).
+DEFAULT_INLINE_MAX = 1 << 18
+
+
+def _check_inline_max(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"inline_max must be an int >= 0 (an element count), got {n!r}")
+    return n
+
+
+def _inline_max_from_env() -> int:
+    env = os.environ.get("SBPFLOW_VM_INLINE_MAX", "").strip()
+    if not env:
+        return DEFAULT_INLINE_MAX
+    try:
+        return _check_inline_max(int(env))
+    except ValueError:
+        raise ValueError(f"SBPFLOW_VM_INLINE_MAX must be an int >= 0 (an element count), got "
+                         f"{env!r}") from None
+
 
 class Mode(enum.Enum):
     ASYNC = "async"
@@ -76,6 +101,9 @@ class VirtualMachine:
     def __init__(self, mode: Mode | None = None):
         env = os.environ.get("SBPFLOW_VM_MODE", "async").lower()
         self.mode = mode or (Mode.SYNC if env == "sync" else Mode.ASYNC)
+        # Instructions with fewer output elements may run inline (see DEFAULT_INLINE_MAX); the
+        # builder compares against this attribute, so changing it takes effect at once.
+        self.inline_max = _inline_max_from_env()
         self.streams: dict[str, Stream] = {}
         self._errors: collections.deque = collections.deque()
         self._releases: collections.deque = collections.deque()
@@ -101,6 +129,17 @@ class VirtualMachine:
         self.mode = Mode(mode) if not isinstance(mode, Mode) else mode
         if self.streams:
             self.blas_threads = threads.apply_policy(self.mode is Mode.ASYNC)
+
+    def set_inline_max(self, n: int) -> int:
+        """Instructions with fewer than n output elements may run inline (0: none); returns
+        the previous value.  Affects only where work runs, never its results."""
+        previous = self.inline_max
+        self.inline_max = _check_inline_max(n)
+        return previous
+
+    def handoffs(self) -> int:
+        """Instructions handed to stream workers so far (not run inline), over all streams."""
+        return sum(s.handed_off for s in list(self.streams.values()))
 
     # -- issuing --------------------------------------------------------------------------------
     def issue(self, instr: Instruction, stream: Stream, reads=(), writes=()) -> None:
@@ -237,7 +276,8 @@ class VirtualMachine:
                     if prims is not None:
                         prims.release(arrays)  # back to the allocator if nobody holds it
 
-            instr = Call("release", ("<release>", 0), free, kind="release", small=True)
+            instr = Call("release", ("<release>", 0), free, kind="release",
+                         small=self.inline_max > 0)
             self.issue(instr, stream, writes=storages)
 
 
@@ -263,8 +303,9 @@ def _after_fork_in_child() -> None:
     # The parent's streams, locks and threads are meaningless here: start a fresh VM.
     global _vm
     if _vm is not None:
-        mode = _vm.mode
+        mode, inline_max = _vm.mode, _vm.inline_max
         _vm = VirtualMachine(mode)
+        _vm.inline_max = inline_max
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -18,6 +18,7 @@ class Stream:
         self.vm = vm
         self.issued = 0  # seq of the last instruction issued (Python thread)
         self.completed = 0  # seq of the last instruction finished (worker)
+        self.handed_off = 0  # instructions pushed to the worker (the rest ran inline)
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._sleeping = False
@@ -30,6 +31,7 @@ class Stream:
 
     # -- Python thread --------------------------------------------------------------------
     def push(self, instr) -> None:
+        self.handed_off += 1
         self._queue.append(instr)
         if self._sleeping:
             with self._cond:

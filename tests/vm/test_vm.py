@@ -1,4 +1,8 @@
-"""The eager VM: async equals SYNC bit for bit, dependences under stress, errors, memory."""
+"""The eager VM: async equals SYNC bit for bit, dependences under stress, errors, memory.
+
+Small instructions run inline on the issuing thread when their stream is idle, so tests that
+mean to exercise the workers force hand-off (`flow.vm.inline_max(0)`) and check with
+`vm.handoffs()` that their instructions really went to a worker."""
 
 from __future__ import annotations
 
@@ -22,10 +26,16 @@ from ..ops import harness as H
 
 @pytest.fixture
 def mode():
-    """Run the test body, restoring ASYNC afterwards."""
+    """Run the test body, restoring ASYNC and the inline bound afterwards."""
     vm = get_vm()
+    inline_max = vm.inline_max
     yield vm
     vm.set_mode(Mode.ASYNC)
+    vm.inline_max = inline_max
+
+
+def _issued(vm) -> int:
+    return sum(s.issued for s in list(vm.streams.values()))
 
 
 def _run_sample(opdef, sample):
@@ -48,7 +58,12 @@ def test_async_and_sync_are_bitwise_identical(name, mode):
         expected = _run_sample(opdef, sample)
         mode.set_mode(Mode.ASYNC)
         flow.manual_seed(0)
-        got = _run_sample(opdef, sample)
+        issued, handed = _issued(mode), mode.handoffs()
+        with flow.vm.inline_max(0):  # every instruction goes to a worker, however small
+            got = _run_sample(opdef, sample)
+        # Nothing ran inline: the comparison is worker against SYNC, not inline against it.
+        n = _issued(mode) - issued
+        assert n > 0 and mode.handoffs() - handed == n, (name, n, mode.handoffs() - handed)
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
             assert g.dtype == e.dtype and g.shape == e.shape
@@ -58,7 +73,7 @@ def test_async_and_sync_are_bitwise_identical(name, mode):
 def _random_program(n_ops: int, seed: int):
     """A random DAG of ops with in-place updates and writes through views; returns the pool."""
     rng = np.random.default_rng(seed)
-    shapes = [(4, 4), (96, 96)]  # small ones run inline, large ones go to the worker
+    shapes = [(4, 4), (96, 96)]  # with inline_max 1000: 16 elements inline, 9216 handed off
     pool = [flow.tensor(rng.standard_normal(shapes[i % 2]).astype(np.float32))
             for i in range(8)]
     for _ in range(n_ops):
@@ -97,9 +112,13 @@ def test_random_dag_stress_matches_sync(mode):
     expected = _random_program(steps, seed=1)
     mode.set_mode(Mode.ASYNC)
     stream = mode.stream("cpu")
-    before = stream.issued
-    got = _random_program(steps, seed=1)
-    assert stream.issued - before >= 100_000
+    before, handed = stream.issued, stream.handed_off
+    with flow.vm.inline_max(1000):  # small pool tensors inline (when idle), large ones not
+        got = _random_program(steps, seed=1)
+    issued, handed = stream.issued - before, stream.handed_off - handed
+    assert issued >= 100_000
+    # Mostly the worker: a small one runs inline only when the stream has drained.
+    assert 3 * handed >= issued, (issued, handed)
     for g, e in zip(got, expected):
         assert np.array_equal(g, e)
 
@@ -158,6 +177,33 @@ def test_sync_mode_from_environment():
     assert out.stdout.strip() == "sync", out.stderr
 
 
+def test_inline_max_from_environment_hands_small_ops_to_the_worker():
+    code = ("import sbpflow as f; x = f.ones(3) + 1; x.numpy(); "
+            "print(f.vm.get_inline_max(), f.vm.handoffs() >= 2)")
+    env = dict(os.environ, SBPFLOW_VM_INLINE_MAX="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "0 True", out.stderr
+
+
+def test_inline_max_knob_switches_at_runtime_and_restores(mode):
+    default = flow.vm.get_inline_max()
+    x = flow.ones(3)
+    flow.synchronize()
+    handed = mode.handoffs()
+    y = x + 1  # small, stream idle: inline
+    assert mode.handoffs() == handed
+    with flow.vm.inline_max(0):
+        assert flow.vm.get_inline_max() == 0
+        z = y * 2
+        assert mode.handoffs() > handed
+    assert flow.vm.get_inline_max() == default
+    assert z.tolist() == [4.0, 4.0, 4.0]
+    with pytest.raises(ValueError, match="inline_max"):
+        flow.vm.set_inline_max(-1)
+    assert flow.vm.get_inline_max() == default
+
+
 def test_host_access_waits_only_for_its_writers(mode):
     small = flow.ones(4) * 2
     a = flow.ones(700, 700)  # large enough to be handed to the worker
@@ -171,16 +217,43 @@ def test_host_access_waits_only_for_its_writers(mode):
     flow.synchronize()
 
 
-def test_throttle_bounds_instructions_in_flight(mode):
+def _slow_add_one():
+    def kernel(ctx, x):
+        time.sleep(0.0005)  # the worker is slower than the issuing thread: the queue grows
+        return ctx.prims.binary("add", x, ctx.prims.full((), ctx.in_metas[0].dtype, 1))
+
+    return OpDef("test_slow_add_one", inputs=("input",), infer_meta=lambda x: x,
+                 kernel=kernel)
+
+
+def test_throttle_bounds_instructions_in_flight(mode, monkeypatch):
+    """The issuing thread runs ahead of a slow worker up to HIGH_WATER instructions, then
+    waits until LOW_WATER remain.  Lowered marks keep it quick; without the throttle the
+    in-flight count would reach the number of instructions issued."""
     vm = mode
-    x = flow.ones(128, 128)
-    peak = 0
-    for _ in range(vm.HIGH_WATER + 2000):
-        x = x + 1.0
-        peak = max(peak, vm.in_flight())
+    monkeypatch.setattr(vm, "HIGH_WATER", 64)
+    monkeypatch.setattr(vm, "LOW_WATER", 16)
+    slow = _slow_add_one()
+    x = flow.ones(8, 8)
     flow.synchronize()
-    assert peak <= vm.HIGH_WATER + 1
-    assert x[0, 0].item() == vm.HIGH_WATER + 2001
+    handed = vm.handoffs()
+    peak, trough_after_peak = 0, None
+    n = 4 * vm.HIGH_WATER
+    with flow.vm.inline_max(0):
+        for _ in range(n):
+            x = apply(slow, (x,), {})
+            now = vm.in_flight()
+            peak = max(peak, now)
+            if peak >= vm.HIGH_WATER and (trough_after_peak is None or now < trough_after_peak):
+                trough_after_peak = now
+    assert vm.handoffs() - handed >= n  # and a few releases
+    assert peak > vm.LOW_WATER, f"the worker kept up (peak {peak}): the throttle was not tested"
+    assert peak <= vm.HIGH_WATER + 1, f"{peak} instructions in flight"
+    # Once the throttle kicked in, the issuing thread waited for the queue to drain.
+    assert peak >= vm.HIGH_WATER and trough_after_peak <= vm.LOW_WATER + 1, (
+        peak, trough_after_peak)
+    flow.synchronize()
+    assert x[0, 0].item() == n + 1
 
 
 def _rss_mb() -> float:
@@ -217,12 +290,12 @@ def test_training_memory_is_stable_over_10000_steps(mode):
     assert np.isfinite(loss.item())
 
 
-def test_release_during_backward_is_thread_safe(mode):
+def test_release_during_backward_is_thread_safe(mode, monkeypatch):
     """Intermediates die (and are released) while the worker runs the backward kernels."""
     def run():
         flow.manual_seed(1)
         w = flow.randn(128, 128, requires_grad=True)
-        x = flow.randn(48, 128)  # 6144 elements: above the inline threshold
+        x = flow.randn(48, 128)
         dropped = []
 
         def hook(g):
@@ -242,8 +315,29 @@ def test_release_during_backward_is_thread_safe(mode):
     mode.set_mode(Mode.SYNC)
     expected = run()
     mode.set_mode(Mode.ASYNC)
+    flushes = _count_release_flushes(mode, monkeypatch, batch=4)
     for _ in range(2):
-        assert np.array_equal(run(), expected)
+        issued, handed = _issued(mode), mode.handoffs()
+        with flow.vm.inline_max(0):  # backward kernels and releases all on the worker
+            got = run()
+        assert np.array_equal(got, expected)
+        assert mode.handoffs() - handed == _issued(mode) - issued > 200
+    assert flushes[0] > 0, "no release instruction was issued"
+
+
+def _count_release_flushes(vm, monkeypatch, batch: int) -> list[int]:
+    """Release dead storages in batches of `batch` (so releases are issued while the work that
+    last used them is still queued) and count the batches issued."""
+    count = [0]
+    flush = type(vm)._flush_releases
+
+    def counted():
+        count[0] += 1
+        flush(vm)
+
+    monkeypatch.setattr(vm, "RELEASE_BATCH", batch)
+    monkeypatch.setattr(vm, "_flush_releases", counted)
+    return count
 
 
 def test_overlap_python_issue_with_worker_kernels(mode):
@@ -275,15 +369,20 @@ def test_caching_allocator_reuses_released_buffers_safely(mode):
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5, atol=1e-4)
 
 
-def test_release_instruction_runs_after_last_use(mode):
+def test_release_instruction_runs_after_last_use(mode, monkeypatch):
     """A tensor dropped right after issuing work on it is freed only after that work."""
     x = flow.randn(300, 300)
     results = []
-    for _ in range(20):
-        t = x * 1.0
-        results.append((t @ t).sum())  # t's last use is queued; then t dies
-        del t
-    flow.synchronize()
+    flushes = _count_release_flushes(mode, monkeypatch, batch=1)
+    issued, handed = _issued(mode), mode.handoffs()
+    with flow.vm.inline_max(0):  # the matmuls and the releases are queued on the worker
+        for _ in range(20):
+            t = x * 1.0
+            results.append((t @ t).sum())  # t's last use is queued; then t dies
+            del t
+        flow.synchronize()
+    assert mode.handoffs() - handed == _issued(mode) - issued >= 60
+    assert flushes[0] > 0, "no release instruction was issued"
     xn = x.numpy().astype(np.float64)
     want = float((xn @ xn).sum())
     for r in results:
