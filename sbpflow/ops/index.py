@@ -201,6 +201,7 @@ register(OpDef(
     infer_meta=_slice_meta,
     kernel=lambda ctx, x, key: ctx.prims.slice(x, numpy_key(key, ctx.in_metas[0].ndim)),
     # Only metas and attrs: the grad also replays writes through views (interpreter._embed).
+    saves=(),
     grad=lambda ctx, g: (op("slice_grad", g, key=ctx.attrs["key"], shape=ctx.in_metas[0].shape),),
     sbp=_slice_sbp,
     reference=lambda torch, x, key: x[numpy_key(key, x.ndim)],
@@ -245,6 +246,7 @@ register(OpDef(
     attrs={"key": Attr("any"), "shape": Attr("ints")},
     infer_meta=_slice_grad_meta,
     kernel=_slice_grad_kernel,
+    saves=(),
     grad=lambda ctx, gg: (op("slice", gg, key=ctx.attrs["key"]),),
     sbp=_slice_grad_sbp,
     reference=_slice_grad_reference,
@@ -390,6 +392,7 @@ register(OpDef(
     attrs={"key": Attr("any")},
     infer_meta=_index_meta,
     kernel=_index_kernel,
+    saves=("tensors[1:]",),  # the indices, not the source
     grad=_index_grad,
     sbp=_index_sbp,
     reference=lambda torch, tensors, key: tensors[0][_torch_key(torch, key, tensors[1:])],
@@ -494,6 +497,7 @@ register(OpDef(
     attrs={"key": Attr("any"), "accumulate": Attr("bool", False)},
     infer_meta=_index_put_meta,
     kernel=_index_put_kernel,
+    saves=("tensors[2:]",),  # the indices, not the source or values
     grad=_index_put_grad,
     sbp=_index_put_sbp,
     reference=_index_put_reference,
@@ -615,6 +619,7 @@ register(OpDef(
     attrs={"dim": Attr("int")},
     infer_meta=_gather_meta,
     kernel=_gather_kernel,
+    saves=("index",),
     grad=_gather_grad,
     sbp=_gather_sbp,
     reference=lambda torch, x, index, dim: torch.gather(x, dim, index),
@@ -757,6 +762,7 @@ register(OpDef(
     attrs={"dim": Attr("int"), "reduce": Attr("str", None)},
     infer_meta=_scatter_meta,
     kernel=_scatter_kernel,
+    saves=("index",),
     grad=_scatter_grad,
     sbp=_scatter_sbp,
     reference=_scatter_reference,
@@ -784,6 +790,7 @@ register(OpDef(
     attrs={"dim": Attr("int"), "value": Attr("scalar"), "reduce": Attr("str", None)},
     infer_meta=_scatter_value_meta,
     kernel=_scatter_value_kernel,
+    saves=("index",),
     grad=_scatter_value_grad,
     sbp=_scatter_value_sbp,
     reference=_scatter_value_reference,
@@ -831,6 +838,7 @@ register(OpDef(
     infer_meta=_scatter_add_meta,
     kernel=lambda ctx, x, index, src, dim: _scatter_common(ctx, x, index, src, dim, "add",
                                                            None),
+    saves=("index",),
     grad=_scatter_add_grad,
     # (P, B, P) -> P: x + scatter(src) is linear in (x, src) jointly; rows independent off dim
     sbp=_scatter_add_sbp,
@@ -908,6 +916,7 @@ register(OpDef(
     attrs={"dim": Attr("int")},
     infer_meta=_index_select_meta,
     kernel=_index_select_kernel,
+    saves=("index",),
     grad=_index_select_grad,
     sbp=_index_select_sbp,
     reference=lambda torch, x, index, dim: torch.index_select(x, dim, index),
@@ -1003,6 +1012,7 @@ register(OpDef(
     attrs={"dim": Attr("int"), "alpha": Attr("scalar", 1)},
     infer_meta=_index_add_meta,
     kernel=_index_add_kernel,
+    saves=("index",),
     grad=_index_add_grad,
     sbp=_index_add_sbp,
     reference=lambda torch, x, index, source, dim, alpha=1: torch.index_add(
@@ -1067,6 +1077,7 @@ register(OpDef(
     attrs={"value": Attr("scalar")},
     infer_meta=_masked_fill_meta,
     kernel=_masked_fill_kernel,
+    saves=("mask",),
     grad=_masked_fill_grad,
     sbp=_masked_fill_sbp,
     reference=lambda torch, x, mask, value: torch.masked_fill(x, mask, value),
@@ -1113,6 +1124,7 @@ register(OpDef(
     inputs=("input", "mask", "value"),
     infer_meta=_masked_fill_tensor_meta,
     kernel=_masked_fill_tensor_kernel,
+    saves=("mask",),
     grad=_masked_fill_tensor_grad,
     # (P, B, P) -> P: where(mask, v, x) is linear in (x, v) jointly, unless casting v to
     # x's dtype is not additive (a float value truncated into an integer tensor).

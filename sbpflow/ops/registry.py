@@ -183,8 +183,9 @@ class OpDef:
     random: bool = False  # the kernel draws from the generator (ctx.seed, ctx.offset)
     # What `grad` reads through ctx.input(i) / ctx.output(i): schema names of inputs and
     # outputs (metas, attrs and needs_input_grad are always there).  Autograd keeps only
-    # these alive, and graph memory planning frees the rest early.  None: not declared
-    # (every op with a grad must declare; the registry test checks).
+    # these alive, and graph memory planning frees the rest early.  A variadic input saves
+    # all its tensors ("tensors") or a tail ("tensors[1:]").  None: not declared (every op
+    # with a grad must declare; the registry test checks).
     saves: tuple[str, ...] | None = None
     doc: str = ""
 
@@ -197,22 +198,35 @@ class OpDef:
             return
         if isinstance(self.saves, str):
             raise ValueError(f"op {self.name!r}: saves must be a tuple of names, not a str")
+        self._variadic_from = None  # the first saved position of a variadic input
+        names = []
         for n in self.saves:
-            if n in in_names and n in self.outputs:
+            head, _, tail = n.partition("[")
+            if tail:
+                if not (self.variadic and head == in_names[0] and tail.endswith(":]")
+                        and tail[:-2].isdigit()):
+                    raise ValueError(f"op {self.name!r} saves {n!r}: only a variadic input "
+                                     "takes a tail, as 'tensors[1:]'")
+                self._variadic_from = int(tail[:-2])
+            elif self.variadic and head == in_names[0]:
+                self._variadic_from = 0
+            if head in in_names and head in self.outputs:
                 raise ValueError(f"op {self.name!r}: saved name {n!r} is an input and an output")
-            if n not in in_names and n not in self.outputs:
+            if head not in in_names and head not in self.outputs:
                 raise ValueError(f"op {self.name!r} saves {n!r}, which is neither an input "
                                  f"{in_names} nor an output {self.outputs}")
-        self._saved_in = tuple(i for i, n in enumerate(in_names) if n in self.saves)
-        self._saved_out = tuple(i for i, n in enumerate(self.outputs) if n in self.saves)
+            names.append(head)
+        self._saved_in = tuple(i for i, n in enumerate(in_names) if n in names)
+        self._saved_out = tuple(i for i, n in enumerate(self.outputs) if n in names)
 
     def saved_input_indices(self, n_inputs: int) -> tuple[int, ...]:
         """Positions of the inputs (of a call with n_inputs tensors) that `grad` reads; a
-        variadic op saves all or none of its tensors.  Undeclared: all."""
+        variadic op saves a tail of its tensors.  Undeclared: all."""
         if self._saved_in is None:
             return tuple(range(n_inputs))
         if self.variadic:
-            return tuple(range(n_inputs)) if self._saved_in else ()
+            start = self._variadic_from
+            return () if start is None else tuple(range(start, n_inputs))
         return self._saved_in
 
     def saved_output_indices(self, n_outputs: int) -> tuple[int, ...]:

@@ -50,6 +50,18 @@ def test_registry_size():
         assert opdef.reference is not None, f"{n} has no torch reference"
 
 
+def test_grad_rules_declare_what_they_save():
+    """Autograd keeps only the declared inputs and outputs alive; the backward tests below
+    then fail loudly where a rule reads anything else."""
+    undeclared = [n for n in registry.list_ops()
+                  if registry.get(n).grad is not None and registry.get(n).saves is None]
+    assert not undeclared, f"ops with a grad rule but no `saves`: {undeclared}"
+    mul, exp = registry.get("mul"), registry.get("exp")
+    assert mul.saved_input_indices(2) == (0, 1) and mul.saved_output_indices(1) == ()
+    assert exp.saved_input_indices(1) == () and exp.saved_output_indices(1) == (0,)
+    assert registry.get("index").saved_input_indices(4) == (1, 2, 3)
+
+
 @pytest.mark.parametrize("name,i", NONRANDOM, ids=_ids(NONRANDOM))
 def test_forward_matches_torch(name, i):
     opdef, sample = _case(name, i)
