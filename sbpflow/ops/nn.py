@@ -138,7 +138,7 @@ def _activation_samples(kinks=(), scale=2.0, extra=()):
 
 
 def _register_activation(name, forward, grad, attrs=None, kinks=(), reference=None,
-                         scale=2.0, meta=None, extra_samples=()):
+                         scale=2.0, meta=None, extra_samples=(), saves=("input",)):
     register(OpDef(
         name,
         inputs=("input",),
@@ -146,6 +146,7 @@ def _register_activation(name, forward, grad, attrs=None, kinks=(), reference=No
         infer_meta=meta or _float_meta(name),
         kernel=_activation_kernel(forward),
         grad=grad,
+        saves=saves,
         # Pointwise and nonlinear: any split or B passes through, never P.
         sbp=_unary_sbp,
         reference=reference or f"nn.functional.{name}",
@@ -167,6 +168,7 @@ def _relu_grad(ctx, g):
 
 _register_activation(
     "relu", lambda k, x: k.bin("maximum", x, 0), _relu_grad, kinks=(0,), meta=_relu_meta,
+    saves=("out",),
     extra_samples=(Sample(np.array([[-3, 0, 2], [5, -1, 7]], np.int64), grad=False),),
 )
 
@@ -415,6 +417,7 @@ register(OpDef(
     infer_meta=_gelu_grad_meta,
     kernel=_gelu_grad_kernel,
     grad=_gelu_grad_grad,
+    saves=("grad_output", "input"),
     # Pointwise; linear in grad_output, so (P, B) -> P.
     sbp=lambda dy, x, approximate: elementwise_signatures([dy.shape, x.shape], x.shape,
                                                           partial=[("P", "B")]),
@@ -514,6 +517,7 @@ for _name, _grad in (("softmax", _softmax_grad), ("log_softmax", _log_softmax_gr
         infer_meta=_softmax_meta(_name),
         kernel=_softmax_kernel(_name),
         grad=_grad,
+        saves=("out",),
         sbp=_softmax_sbp,
         reference=_softmax_reference(_name),
         samples=_softmax_samples,
@@ -621,6 +625,7 @@ register(OpDef(
     infer_meta=_layer_norm_meta,
     kernel=_layer_norm_kernel,
     grad=_layer_norm_grad,
+    saves=("input", "weight"),
     sbp=_layer_norm_sbp,
     reference=lambda torch, x, w, b, normalized_shape, eps=1e-5: torch.nn.functional.layer_norm(
         x, normalized_shape, w, b, eps),
@@ -681,6 +686,7 @@ register(OpDef(
     infer_meta=_dropout_meta,
     kernel=_dropout_kernel,
     grad=_dropout_grad,
+    saves=("mask",),
     sbp=_dropout_sbp,
     reference=_dropout_reference,
     samples=lambda rng: [
@@ -760,6 +766,7 @@ register(OpDef(
     infer_meta=_linear_meta,
     kernel=_linear_kernel,
     grad=_linear_grad,
+    saves=("input", "weight"),
     sbp=_linear_sbp,
     reference="nn.functional.linear",
     samples=lambda rng: [
@@ -849,6 +856,7 @@ register(OpDef(
     infer_meta=_embedding_meta,
     kernel=_embedding_kernel,
     grad=_embedding_grad,
+    saves=("input",),  # the indices
     sbp=_embedding_sbp,
     reference=_embedding_reference,
     samples=_embedding_samples,
@@ -932,6 +940,7 @@ register(OpDef(
     infer_meta=_embedding_grad_meta,
     kernel=_embedding_grad_kernel,
     grad=_embedding_grad_grad,
+    saves=("indices",),
     sbp=_embedding_grad_sbp,
     reference=_embedding_grad_reference,
     samples=lambda rng: [
@@ -1135,6 +1144,7 @@ register(OpDef(
     infer_meta=_nll_meta,
     kernel=_nll_kernel,
     grad=_nll_grad,
+    saves=("target", "weight"),
     sbp=_nll_sbp,
     reference=_nll_reference,
     samples=_nll_samples,
@@ -1212,6 +1222,7 @@ register(OpDef(
     infer_meta=_nll_grad_meta,
     kernel=_nll_grad_kernel,
     grad=_nll_grad_grad,
+    saves=("target", "weight"),
     sbp=_nll_grad_sbp,
     reference=_nll_grad_reference,
     samples=lambda rng: [
@@ -1272,6 +1283,7 @@ register(OpDef(
     infer_meta=_bce_meta,
     kernel=_bce_kernel,
     grad=_bce_grad,
+    saves=("input", "target"),
     sbp=lambda x, t: elementwise_signatures([x.shape, t.shape], x.shape),
     reference=lambda torch, x, t: torch.nn.functional.binary_cross_entropy(
         x, t, reduction="none"),
