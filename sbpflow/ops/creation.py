@@ -471,6 +471,7 @@ register(OpDef(
     infer_meta=_bernoulli_meta,
     kernel=lambda ctx, p: _draw(ctx, "bernoulli", ctx.out_metas[0].dtype, p=p),
     # torch: the draw is not differentiable in p; the gradient is zero.
+    saves=(),
     grad=lambda ctx, g: (op("mul_scalar", g, other=0.0),),
     sbp=_bernoulli_sbp,
     reference="bernoulli",
