@@ -1,0 +1,166 @@
+"""The compiler: Job -> task graph -> Plan (see runtime/plan.py), and linking a Plan.
+
+On one rank the task graph is
+
+    source -> copy_in -> compute -> copy_out -> tick -> sink
+                            \\__________________/
+
+The source starts a job instance; copy_in copies the call's inputs into its register's planned
+buffers (register_num 2: it runs one step ahead of compute); the compute task runs the whole
+step (forward, backward, update) as one chain of ops in the Job's order; copy_out hands the
+outputs over; the tick joins the completions of compute and copy_out; the sink notifies the
+caller.  Task boundaries sit where something real happens (a data source, a copy, a stream
+change), not at every op: in Python a message costs microseconds.
+
+`threads="inline"` (the default) maps every task to thread 0, the calling thread, which runs
+the message loop inside the graph-call instruction; `threads="stream"` gives the copy tasks
+and the compute task their own threads (one per stream).
+
+Kernels are linked by the runtime from op types: the op registry, plus `kernel_resolver(job)`
+for op types registered in `ir.KERNEL_RESOLVERS` (this module passes it in, because runtime/
+never imports graph/).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..ops import registry
+from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc
+from ..runtime.runtime import Runtime
+from . import ir
+
+# Op types that are not in a compute chain: the plan's inputs, outputs and assigns.
+_BOUNDARY = ("input", "output", "assign")
+
+THREAD_MODES = ("inline", "stream")
+
+
+def compile_job(job: ir.Job, threads: str = "inline") -> Plan:
+    """Lower a Job to a one-rank Plan."""
+    if threads not in THREAD_MODES:
+        raise ValueError(f"compile_job: threads must be one of {THREAD_MODES}, not {threads!r}")
+    t0 = time.perf_counter()
+    inputs = tuple(op.outputs[0] for op in job.inputs())
+    outputs = tuple(op.inputs[0] for op in job.outputs())
+    feeds: dict[str, str] = {}
+    variables: dict[str, str] = {}  # variable op's tensor -> variable name
+    roots: dict[str, str] = {t: "input" for t in inputs}
+    views: set[str] = set()
+    chain: list[OpDesc] = []
+    assigns: list[tuple[str, str]] = []
+    random_ops: list[str] = []
+    for op in job.ops:
+        kind = op.op_type
+        if kind == "input" or kind == "output":
+            continue
+        if kind == "assign":
+            target, value = op.inputs
+            if target not in variables:
+                raise ValueError(f"Job {job.name}: assign {op.name} at {op.where()} writes "
+                                 f"{target!r}, which is not a variable op's tensor")
+            assigns.append((variables[target], value))
+            continue
+        if kind == "variable":
+            var = op.attrs["var"]
+            if var not in job.variables:
+                raise ValueError(f"Job {job.name}: variable op {op.name} names unknown "
+                                 f"variable {var!r}")
+            variables[op.outputs[0]] = var
+            roots[op.outputs[0]] = "variable"
+        elif kind == "feed":
+            feeds[op.attrs["key"]] = op.outputs[0]
+            roots[op.outputs[0]] = "feed"
+        elif kind == "constant":
+            roots[op.outputs[0]] = "constant"
+        elif kind in ir.KERNEL_RESOLVERS:
+            for o in op.outputs:
+                roots[o] = "own"
+        else:
+            try:
+                opdef = registry.get(kind)
+            except KeyError:
+                raise ValueError(f"Job {job.name}: op {op.name} at {op.where()} has type "
+                                 f"{kind!r}, which is neither a registered op nor in "
+                                 "ir.KERNEL_RESOLVERS") from None
+            if opdef.view:
+                views.add(op.outputs[0])
+                roots[op.outputs[0]] = roots.get(op.inputs[0], "own")
+            else:
+                for o in op.outputs:
+                    roots[o] = "own"
+            if opdef.random:
+                random_ops.append(op.name)
+        chain.append(OpDesc(op.name, kind, tuple(op.inputs), tuple(op.outputs),
+                            dict(op.attrs), op.scope, op.loc))
+
+    tensors: dict[str, TensorDesc] = {}
+    mem_bytes = 0
+    for name, lt in job.tensors.items():
+        mem = tuple(lt.mem) if lt.mem is not None else None
+        if mem is not None:
+            mem_bytes = max(mem_bytes, mem[0] + mem[1])
+        tensors[name] = TensorDesc(name, tuple(lt.shape), lt.dtype.name, mem,
+                                   roots.get(name, "own"), name in views)
+
+    stream_mode = threads == "stream"
+    copy_thread, compute_thread = (1, 2) if stream_mode else (0, 0)
+    results = tuple(dict.fromkeys(outputs))
+    in_bytes = sum(tensors[t].nbytes for t in inputs)
+    out_bytes = sum(tensors[t].nbytes for t in results)
+    tasks = [
+        TaskDesc(0, "source", "source", "host", 0, (), (0,)),
+        TaskDesc(1, "copy_in", "copy_in", "copy", copy_thread, (0,), (1,)),
+        TaskDesc(2, "compute", "compute", "compute", compute_thread, (1,), (2,), chain,
+                 results, tuple(assigns), mem_bytes),
+        TaskDesc(3, "copy_out", "copy_out", "copy", copy_thread, (2,), (3,)),
+        TaskDesc(4, "tick", "tick", "host", 0, (2, 3), (4,)),
+        TaskDesc(5, "sink", "sink", "host", 0, (4,), ()),
+    ]
+    registers = [
+        RegisterDesc(0, "source-out", 0, (1,), 1),
+        # Two slots: the input copy of step n+1 overlaps the compute of step n.
+        RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs, in_bytes),
+        RegisterDesc(2, "compute-out", 2, (3, 4), 1, results, out_bytes),
+        RegisterDesc(3, "copy_out-out", 3, (4,), 1),
+        RegisterDesc(4, "tick-out", 4, (5,), 1),
+    ]
+    device = "cpu"
+    for lt in job.tensors.values():
+        device = lt.placement.type
+        break
+    stats = {k: v for k, v in job.stats.items() if isinstance(v, (int, float, str, bool))}
+    stats.update({"ops": len(chain), "memory_block_bytes": mem_bytes, "threads": threads})
+    plan = Plan(job.name, tasks, registers, tensors, inputs, outputs, feeds, variables,
+                {name: v.meta for name, v in job.variables.items()}, tuple(random_ops), stats,
+                device)
+    plan.stats["compile_seconds"] = time.perf_counter() - t0
+    return plan
+
+
+def kernel_resolver(job: ir.Job | None = None):
+    """resolve(op_desc) -> kernel for op types in `ir.KERNEL_RESOLVERS` (None for registry
+    ops).  The resolver sees the Job's OpNode when the job is given, else the OpDesc (which
+    has the same fields)."""
+    nodes = {op.name: op for op in job.ops} if job is not None else {}
+
+    def resolve(desc):
+        fn = ir.KERNEL_RESOLVERS.get(desc.op_type)
+        if fn is None:
+            return None
+        return fn(nodes.get(desc.name, desc), job)
+
+    return resolve
+
+
+def build_runtime(job: ir.Job, threads: str = "inline", plan: Plan | None = None,
+                  trace: bool = False) -> Runtime:
+    """Compile (unless `plan` is given) and link: a Runtime over the Job's variables' eager
+    tensors.  `rt.run(inputs, feeds)` is then the graph call."""
+    if plan is None:
+        plan = compile_job(job, threads=threads)
+    t0 = time.perf_counter()
+    variables = {name: v.tensor for name, v in job.variables.items()}
+    rt = Runtime(plan, variables, resolve=kernel_resolver(job), trace=trace)
+    plan.stats["link_seconds"] = time.perf_counter() - t0
+    return rt

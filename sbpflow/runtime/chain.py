@@ -1,0 +1,217 @@
+"""A compute task's chain of ops as generated straight-line Python.
+
+One `def` per task, built with `exec` once when the runtime links the plan.  It calls the
+kernels directly on arrays, with the KernelContexts and bound attrs prebuilt (names in the
+function's globals), makes non-view outputs C-contiguous as the eager VM does (so results are
+bitwise equal to eager), drops each array after its last use, and writes the variables'
+assigns at the end, after every reader of the old values.  No Tensor, VM instruction or
+autograd object is made per op.
+
+    def chain(ins, feeds, rng):
+        x0, = ins
+        v1 = V_0._blob.array                     # variable fc.weight
+        v2 = ec(K_2(C_2, x0, v1))                # matmul  (fc-matmul-2)
+        del x0
+        ...
+        copy(V_0._blob.array, v9)                # assign fc.weight
+        return (v7,)
+
+An error in a kernel is mapped back to its op through the generated line number
+(`Chain.op_at`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import linecache
+
+import numpy as np
+
+from ..ops import registry
+from ..ops.registry import KernelContext
+
+_counter = itertools.count()
+
+
+class LinkedOp:
+    """An op of a chain with its kernel and how to call it."""
+
+    __slots__ = ("desc", "kernel", "variadic", "view", "random", "accepts_out")
+
+    def __init__(self, desc, kernel, variadic=False, view=False, random=False):
+        self.desc = desc
+        self.kernel = kernel
+        self.variadic = variadic
+        self.view = view
+        self.random = random
+        self.accepts_out = bool(getattr(kernel, "accepts_out", False))
+
+
+STRUCTURAL = ("variable", "feed", "constant")
+
+
+def link_op(desc, resolve=None) -> LinkedOp:
+    """Find the kernel of an op: `resolve(desc)` first (op types the graph layer knows, such
+    as fused kernels), then the op registry."""
+    if resolve is not None:
+        kernel = resolve(desc)
+        if kernel is not None:
+            return LinkedOp(desc, kernel, bool(getattr(kernel, "variadic", False)),
+                            bool(getattr(kernel, "view", False)),
+                            bool(getattr(kernel, "random", False)))
+    try:
+        opdef = registry.get(desc.op_type)
+    except KeyError:
+        raise RuntimeError(f"plan: no kernel for op {desc.name!r} of type {desc.op_type!r} "
+                           "(not a registered op, and the resolver gave none)") from None
+    return LinkedOp(desc, opdef.kernel, opdef.variadic, opdef.view, opdef.random)
+
+
+class Chain:
+    """The generated function of one compute task, and what its lines mean."""
+
+    def __init__(self, task, plan, linked: dict, variables: dict, prims, block=None,
+                 rng_index=None):
+        self.task = task
+        self.filename = f"<sbpflow-chain-{next(_counter)}:{plan.name}:{task.name}>"
+        self.line_op: dict[int, object] = {}  # generated line -> OpDesc
+        self.planned: set[str] = set()  # tensors written into the memory block
+        self.copied: set[str] = set()  # results copied inside the chain
+        self.source, env = self._generate(task, plan, linked, variables, prims, block,
+                                          rng_index or {})
+        code = compile(self.source, self.filename, "exec")
+        # So tracebacks show the generated lines.
+        lines = self.source.splitlines(keepends=True)
+        linecache.cache[self.filename] = (len(self.source), None, lines, self.filename)
+        exec(code, env)
+        self.fn = env["chain"]
+
+    def op_at(self, tb):
+        """The OpDesc whose line raised, from a traceback (None if not in the chain)."""
+        op = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self.filename:
+                op = self.line_op.get(tb.tb_lineno)
+            tb = tb.tb_next
+        return op
+
+    # -- code generation ---------------------------------------------------------------------
+    def _generate(self, task, plan, linked, variables, prims, block, rng_index):
+        env: dict = {"ec": prims.ensure_contiguous, "cp": prims.contiguous,
+                     "copy": prims.copy, "asarray": np.asarray}
+        local: dict[str, str] = {}  # tensor name -> local variable name
+
+        def name_of(t):
+            v = local.get(t)
+            if v is None:
+                v = local[t] = f"v{len(local)}"
+            return v
+
+        # Last use of each tensor, by op position; results and assign values live to the end.
+        end = len(task.ops)
+        last: dict[str, int] = {}
+        for i, op in enumerate(task.ops):
+            for t in op.inputs:
+                last[t] = i
+            for t in op.outputs:
+                last.setdefault(t, i)
+        for t in task.results:
+            last[t] = end
+        for _, t in task.assigns:
+            last[t] = end
+        ins_names = [t for rid in task.consumed for t in plan.registers[rid].blobs]
+        for t in ins_names:
+            last.setdefault(t, -1)
+
+        body: list[tuple[str, object]] = []  # (line, op or None)
+        if ins_names:
+            body.append((f"{', '.join(name_of(t) for t in ins_names)}, = ins", None))
+            dead = [name_of(t) for t in ins_names if last[t] == -1]
+            if dead:
+                body.append((f"del {', '.join(dead)}", None))
+        for i, op in enumerate(task.ops):
+            outs = [name_of(t) for t in op.outputs]
+            k = f"_{i}"
+            if op.op_type == "variable":
+                env["V" + k] = variables[op.attrs["var"]]
+                body.append((f"{outs[0]} = V{k}._blob.array  # variable {op.attrs['var']!r}", op))
+            elif op.op_type == "feed":
+                env["D" + k] = plan.tensors[op.outputs[0]].meta.dtype.np
+                body.append((f"{outs[0]} = asarray(feeds[{op.attrs['key']!r}], D{k})"
+                             f"  # feed", op))
+            elif op.op_type == "constant":
+                env["K" + k] = op.attrs["value"]
+                body.append((f"{outs[0]} = K{k}  # constant", op))
+            else:
+                lk = linked[op.name]
+                in_metas = tuple(plan.tensors[t].meta for t in op.inputs)
+                out_metas = tuple(plan.tensors[t].meta for t in op.outputs)
+                env["C" + k] = KernelContext(prims, op.op_type, in_metas, out_metas)
+                kernel = lk.kernel
+                if op.attrs:
+                    kernel = functools.partial(kernel, **op.attrs)
+                env["F" + k] = kernel
+                if lk.random:
+                    body.append((f"C{k}.seed, C{k}.offset = rng[{rng_index[op.name]}]", op))
+                args = ", ".join(name_of(t) for t in op.inputs)
+                if lk.variadic:
+                    args = f"[{args}]"
+                args = f"C{k}, {args}" if args else f"C{k}"
+                out_buf = None
+                t0 = plan.tensors[op.outputs[0]] if len(op.outputs) == 1 else None
+                if (block is not None and t0 is not None and t0.mem is not None
+                        and lk.accepts_out and not lk.view):
+                    off, _ = t0.mem
+                    env["O" + k] = np.ndarray(t0.shape, t0.meta.dtype.np, buffer=block,
+                                              offset=off)
+                    out_buf = f"O{k}"
+                    self.planned.add(op.outputs[0])
+                    args += f", out={out_buf}"
+                call = f"F{k}({args})"
+                if lk.view or out_buf is not None:
+                    body.append((f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = {call}"
+                                 f"  # {op.op_type} ({op.name})", op))
+                elif len(outs) == 1:
+                    body.append((f"{outs[0]} = ec({call})  # {op.op_type} ({op.name})", op))
+                else:
+                    body.append((f"{', '.join(outs)}, = {call}  # {op.op_type} ({op.name})",
+                                 op))
+                    for o in outs:
+                        body.append((f"{o} = ec({o})", op))
+            dead = [t for t in dict.fromkeys(list(op.inputs) + list(op.outputs))
+                    if last.get(t) == i]
+            if dead:
+                body.append((f"del {', '.join(name_of(t) for t in dead)}", None))
+        # Results that alias memory someone else rewrites (an input register slot the copy
+        # task refills, a variable the assigns below overwrite) leave as copies.
+        for t in dict.fromkeys(task.results):
+            if plan.tensors[t].root in ("input", "variable"):
+                body.append((f"{name_of(t)} = cp({name_of(t)})", None))
+                self.copied.add(t)
+        for j, (var, value) in enumerate(task.assigns):
+            env[f"A{j}"] = variables[var]
+            op = _AssignSite(var, value)
+            body.append((f"copy(A{j}._blob.array, {name_of(value)})  # assign {var!r}", op))
+        ret = ", ".join(name_of(t) for t in task.results)
+        body.append((f"return ({ret}{',' if len(task.results) == 1 else ''})", None))
+
+        lines = ["def chain(ins, feeds, rng):"]
+        for line, op in body:
+            lines.append("    " + line)
+            if op is not None:
+                self.line_op[len(lines)] = op
+        return "\n".join(lines) + "\n", env
+
+
+class _AssignSite:
+    """Stands for an assign in error messages (it has no OpNode in the chain)."""
+
+    def __init__(self, var, value):
+        self.name = f"assign-{var}"
+        self.op_type = "assign"
+        self.var = var
+        self.value = value
+
+    def where(self):
+        return "<assign>"

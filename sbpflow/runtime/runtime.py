@@ -1,0 +1,213 @@
+"""The Runtime: links a Plan (kernels, generated chains, registers, actors) and runs job
+instances on it.
+
+    rt = Runtime(plan, variables={"fc.weight": w, ...}, resolve=None)
+    outs = rt.run([x], {"lr": 0.1})      # one graph call: one VM instruction (launch.py)
+
+`resolve(op_desc) -> kernel or None` finds kernels of op types that are not registered ops
+(the graph layer passes it; runtime/ never imports graph/).  Every actor of a plan whose
+tasks all sit on thread 0 runs on the calling thread: the graph call drains the message bus
+inline.  Otherwise each thread id gets its own thread.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..device import Device
+from .actor import (
+    ComputeActor,
+    CopyInActor,
+    CopyOutActor,
+    Instance,
+    SinkActor,
+    SourceActor,
+    TickActor,
+)
+from .bus import EORD, START, ActorMsg, MessageBus
+from .chain import STRUCTURAL, Chain, link_op
+from .register import Register
+
+
+class Runtime:
+    def __init__(self, plan, variables: dict | None = None, resolve=None, trace: bool = False):
+        self.plan = plan
+        self.variables = dict(variables or {})
+        missing = sorted(set(plan.variables.values()) - set(self.variables))
+        if missing:
+            raise ValueError(f"Runtime of plan {plan.name}: no tensor given for variables "
+                             f"{missing}")
+        self.device = Device(plan.device)
+        prims = self.prims = self.device.prims
+        self.trace: list | None = [] if trace else None
+
+        # Kernels, and the generator draws of random ops (in execution order, as eager).
+        linked = {}
+        random_ops = []
+        for task in plan.tasks:
+            for op in task.ops:
+                if op.op_type in STRUCTURAL:
+                    continue
+                lk = linked[op.name] = link_op(op, resolve)
+                if lk.random:
+                    random_ops.append(op)
+        self.random_ops = tuple(op.name for op in random_ops)
+        self.rng_words = tuple(
+            prims.words_used("normal", sum(plan.tensors[t].meta.numel for t in op.outputs))
+            for op in random_ops)
+        rng_index = {name: j for j, name in enumerate(self.random_ops)}
+
+        # Registers: the input copy's slots hold planned buffers.
+        self.registers: dict[int, Register] = {}
+        for rd in plan.registers:
+            producer = plan.task(rd.producer)
+            buffers = None
+            if producer.kind == "copy_in":
+                buffers = [[prims.empty(plan.tensors[t].shape, plan.tensors[t].meta.dtype)
+                            for t in rd.blobs] for _ in range(rd.register_num)]
+            self.registers[rd.id] = Register(rd, buffers)
+
+        # Actors, on their threads.
+        thread_of = {t.id: t.thread for t in plan.tasks}
+        self.inline = set(thread_of.values()) == {0}
+        self.bus = bus = MessageBus(thread_of, self.inline)
+        self.actors: dict = {}
+        self.chains: dict[str, Chain] = {}
+        self.blocks: dict[str, np.ndarray] = {}
+        self.source = self.sink = None
+        regs, tr = self.registers, self.trace
+        for task in plan.tasks:
+            if task.kind == "source":
+                actor = self.source = SourceActor(task, regs, bus, tr)
+            elif task.kind == "copy_in":
+                actor = CopyInActor(task, regs, bus, prims, tr)
+            elif task.kind == "compute":
+                block = None
+                if task.mem_bytes:
+                    block = self.blocks[task.name] = np.empty(task.mem_bytes, np.uint8)
+                chain = self.chains[task.name] = Chain(task, plan, linked, self.variables,
+                                                       prims, block, rng_index)
+                actor = ComputeActor(task, regs, bus, chain, tr)
+            elif task.kind == "copy_out":
+                actor = CopyOutActor(task, regs, bus, prims, self._picks(task), tr)
+            elif task.kind == "tick":
+                actor = TickActor(task, regs, bus, tr)
+            elif task.kind == "sink":
+                actor = self.sink = SinkActor(task, regs, bus, tr)
+            else:
+                raise ValueError(f"plan {plan.name}: unknown task kind {task.kind!r}")
+            self.actors[task.id] = actor
+        if self.source is None or self.sink is None:
+            raise ValueError(f"plan {plan.name} needs a source and a sink task")
+        bus.actors = self.actors
+        self._pieces = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self.in_metas = tuple(plan.tensors[t].meta for t in plan.inputs)
+        self.out_metas = tuple(plan.tensors[t].meta for t in plan.outputs)
+        bus.start(plan.name)
+
+    def _picks(self, task):
+        """copy_out: per output, (index in the compute register's arrays, copy or not)."""
+        plan = self.plan
+        rd = self.registers[task.consumed[0]].desc
+        producer = plan.task(rd.producer)
+        chain = self.chains.get(producer.name)
+        copied = chain.copied if chain is not None else set()
+        planned = chain.planned if chain is not None else set()
+        picks, seen = [], set()
+        for name in plan.outputs:
+            t = plan.tensors[name]
+            fresh = name in copied or (t.root == "own" and not t.view and name not in planned)
+            picks.append((rd.blobs.index(name), not fresh or name in seen))
+            seen.add(name)
+        return picks
+
+    # -- running -------------------------------------------------------------------------------
+    def draw_rng(self):
+        """(seed, offset) for every random op of one call, drawn now (at issue, as eager)."""
+        if not self.rng_words:
+            return ()
+        from ..framework.generator import default_generator
+
+        take = default_generator.take
+        return tuple(take(w) for w in self.rng_words)
+
+    def launch(self, inst: Instance) -> Instance:
+        """Start a job instance.  Inline mode: run it to completion here.  Threaded mode:
+        return at once; `inst.event` (or `inst.callback`) says when it is done."""
+        if self._closed:
+            raise RuntimeError(f"Runtime of plan {self.plan.name} is closed")
+        if self.inline:
+            with self._lock:
+                inst.piece = self._pieces
+                self._pieces += 1
+                self.bus.send(ActorMsg(START, self.source.id, -1, inst))
+                try:
+                    self.bus.drain()
+                except BaseException:
+                    self._reset()
+                    raise
+                if not inst.done:  # a protocol bug: never leave the runtime wedged
+                    self._reset()
+                    raise RuntimeError(f"plan {self.plan.name}: job instance {inst.piece} "
+                                       "did not reach the sink")
+            return inst
+        if inst.event is None:
+            inst.event = threading.Event()
+        with self._lock:
+            inst.piece = self._pieces
+            self._pieces += 1
+        self.bus.send(ActorMsg(START, self.source.id, -1, inst))
+        return inst
+
+    def run_instance(self, inputs, feeds=None, rng=None):
+        """Run one job instance on arrays; return its output arrays (raise its error)."""
+        inst = Instance(list(inputs), feeds or {}, self.draw_rng() if rng is None else rng)
+        self.launch(inst)
+        if not self.inline:
+            inst.event.wait()
+        if inst.error is not None:
+            raise inst.error
+        return inst.results
+
+    def run(self, inputs, feeds=None):
+        """The graph call: one VM instruction that runs a job instance on the tensors'
+        memory.  Returns new eager tensors for the outputs."""
+        from .launch import call_graph
+
+        return call_graph(self, inputs, feeds)
+
+    def _reset(self) -> None:
+        self.bus.clear()
+        for a in self.actors.values():
+            a.reset(self.registers)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """End of data: let every launched instance finish, then drain and stop the actor
+        threads.  The runtime takes no more instances."""
+        if self._closed:
+            return
+        self._closed = True
+        self.bus.send(ActorMsg(EORD, self.source.id, -1))
+        if self.inline:
+            self.bus.drain()
+        elif not self.sink.drained.wait(timeout):
+            raise TimeoutError(f"plan {self.plan.name}: the runtime did not drain")
+        self.bus.stop()
+
+    close = stop
+
+    def __del__(self):
+        try:
+            if not self.inline and not self._closed:
+                self._closed = True
+                self.bus.stop(join=False)
+        except Exception:
+            pass
+
+    def __repr__(self):
+        mode = "inline" if self.inline else f"threads {sorted(set(self.bus.thread_of.values()))}"
+        return f"Runtime({self.plan.name}, {len(self.actors)} actors, {mode})"
