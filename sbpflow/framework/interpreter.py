@@ -170,6 +170,9 @@ def _view_layout(opdef, src: Tensor, out_meta, attrs):
 
 def write_values(t: Tensor, value: Tensor, name: str) -> None:
     """Copy value's array into t's memory (an instruction writing t's storage)."""
+    if _assign_lazy is not None:  # inside nn.Graph.build(): an SSA rebind in the Job
+        _assign_lazy(t, value, name)
+        return
     prims = t._device.prims
     tb, vb = t._blob, value._blob
     _builder.call(name, lambda: prims.copy(tb.array, vb.array), ins=(tb, vb), outs=(tb,),
@@ -331,6 +334,8 @@ def _sbp_text(t: Tensor) -> str:
 
 def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
     """Write `value` (same shape and dtype as t) into t's memory, with autograd."""
+    if _assign_lazy is not None:  # inside nn.Graph.build(): an SSA rebind in the Job
+        return _assign_lazy(t, value, op)
     value = _match_global(op, t, value)
     if value._meta != t._meta:
         raise op_error(op, f"internal: value meta {value._meta} != target meta {t._meta}")
@@ -434,6 +439,7 @@ def _no_global(opdef, tensors, attrs, device, generator):
 
 _apply_global = _no_global
 _apply_lazy = None
+_assign_lazy = None
 
 
 def set_lazy_apply(fn) -> None:
@@ -441,6 +447,13 @@ def set_lazy_apply(fn) -> None:
     interpreter, which records ops into a Job instead of running them."""
     global _apply_lazy
     _apply_lazy = fn
+
+
+def set_lazy_assign(fn) -> None:
+    """Installed with set_lazy_apply: fn(target, value, op) records an in-place write
+    (`assign`, `write_values`) into the Job instead of writing memory."""
+    global _assign_lazy
+    _assign_lazy = fn
 
 
 def set_global_apply(fn) -> None:

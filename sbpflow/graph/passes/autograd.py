@@ -1,0 +1,153 @@
+"""Autograd pass: reverse-mode differentiation of the Job from `job.loss`.
+
+Each forward op's gradient comes from its OpDef's `grad` rule, the same rule eager autograd
+runs, executed under the lazy interpreter so the ops it calls are appended to the same Job.
+Gradients meeting at a tensor are summed; floating outputs without a gradient get zeros when
+another output of the op has one; integer tensors get none.  Result: `job.grads[var] = grad
+tensor` for every trainable variable the loss depends on.  Backward ops keep the scope of
+their forward op (with a `-backward` suffix) and its `build()` line, so an error in a backward
+kernel names the line that issued the forward op.
+"""
+
+from __future__ import annotations
+
+from ...ops import registry
+from ..ir import STRUCTURAL, Job
+from ..trace import Trace
+
+
+class GraphGradContext:
+    """What a grad rule sees in a graph: the forward op's tensors as lazy tensors, attrs,
+    metas.  Only the tensors the OpDef declares in `saves` are available (as in eager)."""
+
+    __slots__ = ("_trace", "_op", "_opdef", "attrs", "in_metas", "out_metas",
+                 "needs_input_grad")
+
+    def __init__(self, trace: Trace, op, opdef, needs_input_grad):
+        job = trace.job
+        self._trace = trace
+        self._op = op
+        self._opdef = opdef
+        self.attrs = op.attrs
+        self.in_metas = tuple(job.tensors[n].meta for n in op.inputs)
+        self.out_metas = tuple(job.tensors[n].meta for n in op.outputs)
+        self.needs_input_grad = needs_input_grad
+
+    @property
+    def inputs(self):
+        return tuple(self.input(i) for i in range(len(self._op.inputs)))
+
+    def input(self, i: int):
+        n = len(self._op.inputs)
+        self._check("input", i, n, self._opdef.saved_input_indices(n))
+        return self._trace.lazy(self._op.inputs[i])
+
+    @property
+    def outputs(self):
+        return tuple(self.output(i) for i in range(len(self._op.outputs)))
+
+    def output(self, i: int):
+        n = len(self._op.outputs)
+        self._check("output", i, n, self._opdef.saved_output_indices(n))
+        return self._trace.lazy(self._op.outputs[i])
+
+    def _check(self, kind, i, n, keep):
+        if not -n <= i < n:
+            raise IndexError(f"grad rule of {self._opdef.name!r} read {kind} {i} of {n}")
+        if i % n not in keep:
+            raise AssertionError(
+                f"internal error: grad rule of {self._opdef.name!r} read {kind} {i}, which its "
+                f"OpDef does not save (saves={self._opdef.saves!r})")
+
+
+def _requires_grad(job: Job) -> set[str]:
+    """Tensors that depend on a trainable variable through differentiable ops."""
+    rg: set[str] = set()
+    for op in job.ops:
+        if op.op_type == "variable":
+            var = job.variables.get(op.attrs["var"])
+            if var is not None and var.trainable:
+                rg.update(op.outputs)
+            continue
+        if op.op_type in STRUCTURAL or not any(i in rg for i in op.inputs):
+            continue
+        try:
+            opdef = registry.get(op.op_type)
+        except KeyError:
+            continue
+        if opdef.grad is None:
+            continue
+        rg.update(o for o in op.outputs if job.tensors[o].dtype.is_floating_point)
+    return rg
+
+
+def run(job: Job) -> None:
+    if not job.loss:
+        return
+    rg = _requires_grad(job)
+    forward = list(job.ops)
+    trace = Trace(job)
+    grads: dict[str, list] = {}
+
+    def add_grad(name, g):
+        grads.setdefault(name, []).append(g)
+
+    def total(name):
+        gs = grads.get(name)
+        if not gs:
+            return None
+        g = gs[0]
+        for h in gs[1:]:
+            g = registry.op("add", g, h)
+        grads[name] = [g]
+        return g
+
+    with trace.active():
+        for loss in job.loss:
+            meta = job.tensors[loss].meta
+            with trace.scope("backward"):
+                add_grad(loss, registry.op("full", shape=meta.shape, fill_value=1.0,
+                                           dtype=meta.dtype))
+        for op in reversed(forward):
+            if op.op_type == "variable":
+                var = job.variables.get(op.attrs["var"])
+                if var is not None and var.trainable:
+                    g = total(op.outputs[0])
+                    if g is not None:
+                        job.grads[var.name] = trace.name_of(g)
+                continue
+            if op.op_type in STRUCTURAL:
+                continue
+            if not any(grads.get(o) for o in op.outputs):
+                continue
+            opdef = registry.get(op.op_type)
+            needs = tuple(i in rg for i in op.inputs)
+            if opdef.grad is None or not any(needs):
+                continue
+            trace.loc = op.loc  # backward ops name the forward op's build() line
+            with trace.scope(f"{op.scope}-backward" if op.scope else "backward"):
+                out_grads = []
+                for o in op.outputs:
+                    g = total(o)
+                    meta = job.tensors[o].meta
+                    if g is None and meta.dtype.is_floating_point:
+                        g = registry.op("full", shape=meta.shape, fill_value=0.0,
+                                        dtype=meta.dtype)
+                    out_grads.append(g)
+                ctx = GraphGradContext(trace, op, opdef, needs)
+                in_grads = opdef.grad(ctx, *out_grads)
+                if not isinstance(in_grads, (tuple, list)):
+                    in_grads = (in_grads,)
+            if len(in_grads) != len(op.inputs):
+                raise RuntimeError(
+                    f"grad rule of {op.op_type} returned {len(in_grads)} gradients for "
+                    f"{len(op.inputs)} inputs (op {op.name} at {op.where()})")
+            for name, g, need in zip(op.inputs, in_grads, needs):
+                if g is None or not need:
+                    continue
+                if tuple(g.shape) != job.tensors[name].shape:
+                    raise RuntimeError(
+                        f"grad rule of {op.op_type} returned a gradient of shape "
+                        f"{list(g.shape)} for input {name} of shape "
+                        f"{list(job.tensors[name].shape)} (op {op.name} at {op.where()})")
+                add_grad(name, g)

@@ -1,0 +1,119 @@
+"""Optimizer pass: the update ops of the optimizers added with `nn.Graph.add_optimizer`.
+
+The front end describes each optimizer in `job.config["optimizers"]` (plain data, so the Job
+still serialises) and puts the optimizer states into `job.variables` (the eager optimizer's
+own `state[p]` tensors):
+
+    {"kind": "sgd" | "adam",
+     "groups": [{"params": [param variable, ...],
+                 "hyper": {attrs of sgd_update / adam_update},
+                 "lr": feed key, "first": feed key (SGD with momentum),
+                 "states": {param variable: {state name: variable}},
+                 "clip_grad_max_norm": float | None, "clip_grad_norm_type": float}]}
+
+For every group whose parameters got gradients (`job.grads`, from the autograd pass) this
+appends: `feed` ops for the host scalars (the learning rate is fed at every call, so LR
+schedulers work without recompiling), OneFlow-style gradient clipping over the group (torch's
+clip_grad_norm_ formula), one update op per parameter (or one `multi_*` op per group with
+`job.config["allow_fuse_model_update_ops"]`), and `assign` ops writing the new parameters and
+states into their variables at the end of the step.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..._core import dtype as dt
+from ..._core.meta import TensorMeta
+from ...framework import functional as F
+from ...ops import registry
+from ..ir import Job
+from ..trace import Trace
+
+STATE_ORDER = {"sgd": ("momentum_buffer",),
+               "adam": ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step")}
+
+
+def run(job: Job) -> None:
+    specs = job.config.get("optimizers") or []
+    if not specs or not job.grads:
+        return
+    trace = Trace(job)
+    fuse = bool(job.config.get("allow_fuse_model_update_ops", False))
+    with trace.active(), trace.scope("optimizer"):
+        for spec in specs:
+            for group in spec["groups"]:
+                _group(job, trace, spec["kind"], group, fuse)
+
+
+def _feed(job: Job, trace: Trace, key: str):
+    name = f"feed-{key}"
+    if name not in job.tensors:
+        job.add_tensor(TensorMeta((), dt.float64), trace.placement, trace.sbp, name=name)
+        job.add_op("feed", (), (name,), {"key": key}, scope="optimizer")
+    return trace.lazy(name)
+
+
+def _variable(job: Job, trace: Trace, var: str):
+    """The tensor holding variable `var` (its variable op, added if the Job has none)."""
+    if var not in job.tensors:
+        v = job.variables[var]
+        job.add_tensor(v.meta, trace.placement, trace.sbp, name=var)
+        job.add_op("variable", (), (var,), {"var": var}, scope="optimizer")
+    return trace.lazy(var)
+
+
+def _clip(grads, max_norm: float, norm_type: float):
+    """torch.nn.utils.clip_grad_norm_ on the group's gradients (as lazy ops)."""
+    norm_type = float(norm_type)
+    if norm_type == math.inf:
+        norms = [g.abs().max() for g in grads]
+        total = norms[0] if len(norms) == 1 else F.stack(norms).max()
+    else:
+        norms = [F.norm(g, norm_type) for g in grads]
+        total = F.norm(F.stack(norms), norm_type)
+    coef = ((total + 1e-6).reciprocal() * max_norm).clamp(max=1.0)
+    return [g * coef.to(g.dtype) for g in grads]
+
+
+def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool) -> None:
+    params = [p for p in group["params"] if p in job.grads]
+    if not params:
+        return
+    hyper = dict(group["hyper"])
+    grads = [trace.lazy(job.grads[p]) for p in params]
+    if group.get("clip_grad_max_norm") is not None:
+        grads = _clip(grads, group["clip_grad_max_norm"], group.get("clip_grad_norm_type", 2.0))
+    lr = _feed(job, trace, group["lr"])
+    if kind == "sgd":
+        names = STATE_ORDER["sgd"] if hyper.get("momentum", 0.0) != 0 else ()
+        shared = [lr, _feed(job, trace, group["first"])] if names else [lr]
+        op_name = "sgd_update"
+    elif kind == "adam":
+        names = ("exp_avg", "exp_avg_sq")
+        names += ("max_exp_avg_sq", "step") if hyper.get("amsgrad") else ("step",)
+        shared = [lr]
+        op_name = "adam_update"
+    else:
+        raise NotImplementedError(f"nn.Graph optimizer pass: no update op for {kind!r}")
+    blocks = []
+    for p, g in zip(params, grads):
+        states = [_variable(job, trace, group["states"][p][s]) for s in names]
+        blocks.append((p, [_variable(job, trace, p), g, *states]))
+    targets = []  # variable names in output order
+    outs = []
+    if fuse:
+        flat = [t for _, b in blocks for t in b] + shared
+        res = registry.op(f"multi_{op_name}", flat, n=len(blocks), **hyper)
+        outs = list(res) if isinstance(res, tuple) else [res]
+    else:
+        for _, b in blocks:
+            res = registry.op(op_name, [*b, *shared], **hyper)
+            outs.extend(res if isinstance(res, tuple) else (res,))
+    for p, _ in blocks:
+        targets.append(p)
+        targets.extend(group["states"][p][s] for s in names)
+    if len(outs) != len(targets):
+        raise AssertionError(f"{op_name}: {len(outs)} outputs for {len(targets)} variables")
+    for var, value in zip(targets, outs):
+        job.add_op("assign", (var, trace.name_of(value)), (), scope="optimizer")

@@ -1,0 +1,548 @@
+"""`nn.Graph`: OneFlow's static-graph front end.
+
+Subclass it, assign modules in `__init__`, write `build()`; `add_optimizer` makes it a
+training graph (forward, `loss.backward()` and the update in one step).  The first call with
+a given input signature traces `build()` into a Job (graph/trace.py), runs the passes
+(graph/passes), compiles a Plan and starts a runtime; later calls with that signature only
+run it.  A new input shape, dtype or module mode traces and compiles again (cached per
+signature; OneFlow refuses new shapes unless asked).
+
+The graph's variables are the eager modules' own parameters and buffers, and the optimizer
+states are the eager optimizer's `state[p]` tensors, so training can switch between graph
+and eager mode at any step and give the same result as one mode only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import time
+from collections import OrderedDict
+
+from ..autograd import no_grad
+from ..framework.tensor import Tensor
+from ..graph import passes as _passes
+from ..graph.ir import Job, Variable
+from ..graph.trace import flatten, module_names, trace_build, unflatten
+from .modules.module import Module
+
+TRAIN_STEP = "System-Train-TrainStep"
+# torch state key -> suffix of the graph variable (OneFlow's names: <param>-momentum, -m, -v)
+STATE_SUFFIX = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v",
+                "max_exp_avg_sq": "max_v", "step": "step"}
+_graph_ids = itertools.count()
+
+
+class GraphConfig:
+    """`graph.config`: flags the passes read (stored into `job.config`)."""
+
+    def __init__(self):
+        self._flags: dict = {}
+
+    def allow_fuse_add_to_output(self, mode: bool = True) -> None:
+        self._flags["allow_fuse_add_to_output"] = bool(mode)
+
+    def allow_fuse_model_update_ops(self, mode: bool = True) -> None:
+        self._flags["allow_fuse_model_update_ops"] = bool(mode)
+
+    def allow_fuse_cast_scale(self, mode: bool = True) -> None:
+        self._flags["allow_fuse_cast_scale"] = bool(mode)
+
+    def enable_amp(self, mode: bool = True, *, dtype=None) -> None:
+        if mode:
+            raise NotImplementedError("nn.Graph: AMP is not supported yet")
+
+    def set_gradient_accumulation_steps(self, value: int) -> None:
+        if value > 1:
+            raise NotImplementedError("nn.Graph: gradient accumulation is not supported yet")
+
+    def enable_zero(self, mode: bool = True, **kwargs) -> None:
+        if mode:
+            raise NotImplementedError("nn.Graph: ZeRO needs the multi-rank Plan (a later issue)")
+
+    def __repr__(self):
+        flags = ", ".join(f"{k}={v}" for k, v in sorted(self._flags.items()))
+        return f"GraphConfig({flags})"
+
+
+class GraphModule:
+    """OneFlow's per-module graph settings, from `graph.<module>.to(GraphModule)`: the
+    pipeline stage and placement, and activation checkpointing (stored as scope attrs in
+    `job.config["module_attrs"]`; the passes that act on them come with the multi-rank Plan)."""
+
+    def __init__(self, path: str):
+        self.name = path
+        self.stage_id: int | None = None
+        self.stage_placement = None
+        self.activation_checkpointing = False
+
+    def set_stage(self, stage_id: int, placement=None) -> None:
+        self.stage_id = int(stage_id)
+        self.stage_placement = placement
+
+    def attrs(self) -> dict:
+        out = {}
+        if self.stage_id is not None:
+            out["stage_id"] = self.stage_id
+        if self.stage_placement is not None:
+            out["placement"] = repr(self.stage_placement)
+        if self.activation_checkpointing:
+            out["activation_checkpointing"] = True
+        return out
+
+    def __repr__(self):
+        return f"GraphModule({self.name}, {self.attrs()})"
+
+
+class ProxyModule:
+    """What `graph.<module>` returns (OneFlow's ProxyModule): calls and attributes go to the
+    eager module; submodules come back as proxies; `.to(GraphModule)` gives the settings."""
+
+    def __init__(self, module: Module, path: str):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_settings", GraphModule(path))
+        object.__setattr__(self, "_proxies", {})
+
+    def __call__(self, *args, **kwargs):
+        return self._module(*args, **kwargs)
+
+    def to(self, kind=None, *args, **kwargs):
+        if kind is GraphModule:
+            return self._settings
+        if isinstance(kind, type) and issubclass(kind, Module):
+            return self._module
+        return self._module.to(kind, *args, **kwargs)
+
+    @property
+    def origin(self) -> Module:
+        return self._module
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if isinstance(value, Module):
+            proxies = self._proxies
+            if name not in proxies or proxies[name]._module is not value:
+                proxies[name] = ProxyModule(value, f"{self._path}.{name}")
+            return proxies[name]
+        return value
+
+    def __setattr__(self, name, value):
+        setattr(self._module, name, value)
+
+    def __iter__(self):
+        for i, m in enumerate(self._module):
+            yield ProxyModule(m, f"{self._path}.{i}") if isinstance(m, Module) else m
+
+    def __getitem__(self, i):
+        m = self._module[i]
+        return ProxyModule(m, f"{self._path}.{i}") if isinstance(m, Module) else m
+
+    def __len__(self):
+        return len(self._module)
+
+    def __repr__(self):
+        return "\n".join(_module_lines(self._module, self._path, 0))
+
+
+def _module_lines(m: Module, path: str, depth: int) -> list[str]:
+    pad = "  " * depth
+    extra = m.extra_repr() if hasattr(m, "extra_repr") else ""
+    lines = [f"{pad}(MODULE:{path}:{type(m).__name__}({extra})): ("]
+    for n, p in m._parameters.items():
+        if p is not None:
+            lines.append(f"{pad}  (PARAMETER:{path}.{n}:{_tensor_text(p)}): ()")
+    for n, b in m._buffers.items():
+        if b is not None:
+            lines.append(f"{pad}  (BUFFER:{path}.{n}:{_tensor_text(b)}): ()")
+    for n, sub in m._modules.items():
+        if sub is not None:
+            lines.extend(_module_lines(sub, f"{path}.{n}", depth + 1))
+    lines.append(f"{pad})")
+    return lines
+
+
+def _tensor_text(t: Tensor) -> str:
+    rg = ", requires_grad=True" if t.requires_grad else ""
+    return f"tensor(..., size={tuple(t.shape)}, dtype=sbpflow.{t.dtype.name}{rg})"
+
+
+class _Compiled:
+    """One traced and compiled signature: the Job, its output spec, the runner."""
+
+    __slots__ = ("job", "out_spec", "runner", "pass_times", "states", "feeds")
+
+    def __init__(self, job, out_spec, runner, pass_times, states, feeds):
+        self.job = job
+        self.out_spec = out_spec
+        self.runner = runner
+        self.pass_times = pass_times
+        self.states = states  # [(opt, param, torch key, variable name)]
+        # [(lr feed key, param group, first feed key or None, params it updates, optimizer)]
+        self.feeds = feeds
+
+
+def _default_runner(job: Job):
+    """The compiled plan of `job` on the actor runtime: an object whose
+    `run(inputs, feeds) -> list[Tensor]` runs one step."""
+    try:
+        from ..graph.compiler import compile_job
+        from ..runtime import Runtime
+    except ImportError as e:
+        raise NotImplementedError(
+            "nn.Graph: the Job compiler and actor runtime are not available yet "
+            f"({e})") from None
+    return Runtime(compile_job(job))
+
+
+# Tests may swap in a reference evaluator; the package runs Jobs only on the runtime.
+_runner_factory = _default_runner
+
+
+class Graph:
+    """Base class of static graphs (OneFlow's `nn.Graph`)."""
+
+    def __init__(self):
+        d = self.__dict__
+        d["_name"] = f"{type(self).__name__}_{next(_graph_ids)}"
+        d["_modules"] = OrderedDict()
+        d["_proxies"] = {}
+        d["config"] = GraphConfig()
+        d["_optimizers"] = []  # [(optimizer, lr_scheduler or None)]
+        d["_cache"] = {}
+        d["_last"] = None
+        d["_debug"] = -1
+        d["_train_step"] = 0
+        d["_aux_vars"] = {}  # state variable name -> tensor the graph holds (SGD buffers)
+
+    # -- attributes ----------------------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if isinstance(value, Module):
+            self._modules[name] = value
+            self._proxies[name] = ProxyModule(value, name)
+            self.__dict__.pop(name, None)
+            return
+        if isinstance(value, ProxyModule):
+            self.__setattr__(name, value._module)
+            return
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        proxies = self.__dict__.get("_proxies", {})
+        if name in proxies:
+            return proxies[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def training(self) -> bool:
+        """A graph with an optimizer trains (OneFlow's rule)."""
+        return bool(self._optimizers)
+
+    # -- user API ------------------------------------------------------------------------------
+    def build(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define build()")
+
+    def add_optimizer(self, optim, *, lr_sch=None, is_sparse: bool = False) -> None:
+        if is_sparse:
+            raise NotImplementedError("nn.Graph: sparse optimizers are not supported yet")
+        kind = _optimizer_kind(optim)
+        if kind is None:
+            raise NotImplementedError(
+                f"nn.Graph: no graph update for {type(optim).__name__}; supported: SGD, Adam, "
+                "AdamW")
+        if lr_sch is not None and getattr(lr_sch, "optimizer", optim) is not optim:
+            raise ValueError("add_optimizer: lr_sch must schedule the optimizer it is added with")
+        self._optimizers.append((optim, lr_sch))
+        self._cache.clear()
+
+    def debug(self, v_level: int = 0, *, ranks=None, max_py_stack_depth: int = 2,
+              only_user_py_stack: bool = True, op_repr_with_py_stack: bool = False) -> None:
+        """-1: quiet; 0: pass timings; >= 1: also the Job after tracing and after each pass."""
+        self.__dict__["_debug"] = int(v_level)
+
+    def __call__(self, *args, **kwargs):
+        leaves: list = []
+        spec = flatten((args, kwargs), leaves)
+        key = self._signature(spec, leaves)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._compile(args, kwargs)
+            self._cache[key] = compiled
+        self.__dict__["_last"] = compiled
+        feeds = self._before_run(compiled)
+        outs = compiled.runner.run(leaves, feeds)
+        self._after_run(compiled)
+        return unflatten(compiled.out_spec, list(outs))
+
+    # -- compiling -----------------------------------------------------------------------------
+    def _signature(self, spec, leaves) -> tuple:
+        metas = tuple(
+            (t._meta, None if t._gl is None else (t._gl.placement, tuple(t._gl.sbp)))
+            for t in leaves)
+        modes = tuple(m.training for mod in self._modules.values() for m in mod.modules())
+        return (_hashable(spec), metas, modes, self._hyper_key(), tuple(
+            sorted(self.config._flags.items())))
+
+    def _hyper_key(self) -> tuple:
+        return tuple(
+            tuple(tuple(sorted((k, _hashable(v)) for k, v in _hyper(kind, g).items()))
+                  + (g.get("clip_grad_max_norm"), g.get("clip_grad_norm_type"))
+                  for g in opt.param_groups)
+            for opt, _ in self._optimizers for kind in (_optimizer_kind(opt),))
+
+    def _names(self) -> dict[int, str]:
+        names, _ = module_names(self._modules)
+        for i, (opt, _) in enumerate(self._optimizers):
+            for g, group in enumerate(opt.param_groups):
+                for j, p in enumerate(group["params"]):
+                    names.setdefault(id(p), f"_optimizer{i}.group{g}.param{j}")
+        return names
+
+    def _compile(self, args, kwargs) -> _Compiled:
+        t0 = time.perf_counter()
+        job = Job(self._name)
+        job.config.update(self.config._flags)
+        attrs = {n: p._settings.attrs() for n, p in self._proxies.items() if p._settings.attrs()}
+        if attrs:
+            job.config["module_attrs"] = attrs
+        out_spec = trace_build(job, self.build, args, kwargs, self._modules, self._names())
+        trace_s = time.perf_counter() - t0
+        if self._debug >= 1:
+            print(f"{self._name}: traced build() in {trace_s * 1e3:.1f} ms\n{job}")
+        states, feeds = self._add_optimizer_config(job) if self._optimizers else ([], [])
+        dump = None
+        if self._debug >= 1:
+            def dump(name, j):
+                print(f"{self._name}: after pass {name}\n{j}")
+        skip = tuple(n for n in _passes.ORDER
+                     if importlib.util.find_spec(f"{_passes.__name__}.{n}") is None)
+        times = _passes.run_passes(job, dump=dump, skip=skip)
+        t1 = time.perf_counter()
+        runner = _runner_factory(job)
+        compile_s = time.perf_counter() - t1
+        if self._debug >= 0:
+            parts = ", ".join(f"{n} {s * 1e3:.1f} ms" for n, s in times.items())
+            print(f"{self._name}: trace {trace_s * 1e3:.1f} ms; passes: {parts}; "
+                  f"compile {compile_s * 1e3:.1f} ms")
+        return _Compiled(job, out_spec, runner, times, states, feeds)
+
+    def _add_optimizer_config(self, job: Job) -> list:
+        """job.config["optimizers"] and the state variables (the eager state tensors)."""
+        specs, states, feeds = [], [], []
+        names = {id(v.tensor): n for n, v in job.variables.items() if v.tensor is not None}
+        for i, (opt, _) in enumerate(self._optimizers):
+            kind = _optimizer_kind(opt)
+            groups = []
+            for g, group in enumerate(opt.param_groups):
+                hyper = _hyper(kind, group)
+                entry = {"params": [], "hyper": hyper, "lr": f"lr-{i}-{g}",
+                         "states": {},
+                         "clip_grad_max_norm": group.get("clip_grad_max_norm"),
+                         "clip_grad_norm_type": float(group.get("clip_grad_norm_type", 2.0))}
+                if kind == "sgd" and hyper["momentum"] != 0:
+                    entry["first"] = f"first-{i}-{g}"
+                for p in group["params"]:
+                    var = names.get(id(p))
+                    if var is None or not job.variables[var].trainable:
+                        continue  # not used by build(): no gradient, no update (as eager)
+                    entry["params"].append(var)
+                    entry["states"][var] = {}
+                    for key, tensor in self._state_tensors(kind, opt, p, hyper, var):
+                        sname = f"{var}-{STATE_SUFFIX[key]}"
+                        job.variables[sname] = Variable(sname, tensor._meta, False, tensor=tensor)
+                        entry["states"][var][key] = sname
+                        states.append((opt, p, key, sname))
+                groups.append(entry)
+                used = [p for p in group["params"] if names.get(id(p)) in entry["states"]]
+                feeds.append((entry["lr"], group, entry.get("first"), used, opt))
+            specs.append({"kind": kind, "groups": groups})
+        job.config["optimizers"] = specs
+        return states, feeds
+
+    def _state_tensors(self, kind, opt, p, hyper, var):
+        """(torch state key, tensor) of p's optimizer state, created in torch's format."""
+        if kind == "sgd":
+            if hyper["momentum"] == 0:
+                return []
+            buf = opt.state[p].get("momentum_buffer") if p in opt.state else None
+            if buf is None:
+                # Not in opt.state until the graph has run a step: a following eager step
+                # must see no buffer, as torch's first step does (buf = grad).
+                sname = f"{var}-momentum"
+                buf = self._aux_vars.get(sname)
+                if buf is None or buf._meta != p._meta:
+                    from ..framework import functional as F
+
+                    buf = F.zeros_like(p).detach()
+                    self._aux_vars[sname] = buf
+            return [("momentum_buffer", buf)]
+        state = opt._state_for(p, hyper["amsgrad"])
+        keys = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if hyper["amsgrad"] else [])
+        return [(k, state[k]) for k in keys + ["step"]]
+
+    # -- running -------------------------------------------------------------------------------
+    def _before_run(self, compiled: _Compiled) -> dict:
+        """Host scalars for this call, and the eager optimizer state synced into the
+        variables (a state tensor replaced in eager mode is copied into the variable)."""
+        feeds = {}
+        job = compiled.job
+        for opt, p, key, sname in compiled.states:
+            var = job.variables[sname].tensor
+            state = opt.state.get(p)
+            cur = state.get(key) if state is not None else None
+            if cur is not None and cur is not var:
+                with no_grad():
+                    var.copy_(cur)
+                opt.state[p][key] = var
+        for lr_key, group, first_key, used, opt in compiled.feeds:
+            lr = group["lr"]
+            feeds[lr_key] = float(lr.item() if isinstance(lr, Tensor) else lr)
+            if first_key is not None:
+                ready = []
+                for p in used:
+                    state = opt.state.get(p)
+                    ready.append(state is not None and "momentum_buffer" in state)
+                if any(ready) and not all(ready):
+                    raise NotImplementedError(
+                        "nn.Graph: some parameters of an SGD group have a momentum buffer "
+                        "and some do not; run one eager step or reset the optimizer state")
+                feeds[first_key] = 0.0 if ready and all(ready) else 1.0
+        return feeds
+
+    def _after_run(self, compiled: _Compiled) -> None:
+        if not self._optimizers:
+            return
+        for opt, p, key, sname in compiled.states:
+            if key not in opt.state[p]:  # SGD's buffer exists once the graph stepped
+                opt.state[p][key] = compiled.job.variables[sname].tensor
+        self.__dict__["_train_step"] += 1
+        for opt, lr_sch in self._optimizers:
+            opt._opt_called = True  # a scheduler checks that the optimizer stepped first
+            if lr_sch is not None:
+                lr_sch.step()
+
+    # -- state ---------------------------------------------------------------------------------
+    def _state_names(self) -> dict:
+        """variable name -> (optimizer, param, torch state key) for every optimized param."""
+        names = self._names()
+        out = {}
+        for opt, _ in self._optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    for key, suffix in STATE_SUFFIX.items():
+                        out[f"{names[id(p)]}-{suffix}"] = (opt, p, key)
+        return out
+
+    def state_dict(self, destination=None) -> dict:
+        """OneFlow's layout: one entry per module attribute (its state dict), the optimizer
+        states as flat variables `<param>-momentum`, `-m`, `-v`, ..., and the train step."""
+        from ..framework import functional as F
+
+        out = OrderedDict() if destination is None else destination
+        for n, m in self._modules.items():
+            out[n] = m.state_dict()
+        for sname, (opt, p, key) in self._state_names().items():
+            t = opt.state[p].get(key) if p in opt.state else None
+            if t is not None:
+                out[sname] = t
+        if self._optimizers:
+            out[TRAIN_STEP] = F.tensor(self._train_step)
+        return out
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True) -> None:
+        for n, m in self._modules.items():
+            if n in state_dict:
+                m.load_state_dict(state_dict[n], strict=strict)
+            elif strict:
+                raise KeyError(f"{self._name}.load_state_dict: missing module entry {n!r}")
+        states = self._state_names()
+        for k, v in state_dict.items():
+            if k in self._modules:
+                continue
+            if k == TRAIN_STEP:
+                self.__dict__["_train_step"] = int(v.item() if isinstance(v, Tensor) else v)
+            elif k in states:
+                opt, p, key = states[k]
+                cur = opt.state[p].get(key) if p in opt.state else None
+                with no_grad():
+                    if cur is not None and cur._meta == v._meta:
+                        cur.copy_(v)
+                    else:
+                        opt.state[p][key] = v.detach().clone()
+            elif strict:
+                raise KeyError(f"{self._name}.load_state_dict: unexpected key {k!r}")
+
+    # -- inspection ----------------------------------------------------------------------------
+    def _job(self) -> Job:
+        if self._last is None:
+            raise RuntimeError(f"{self._name}: the graph has not been called yet (no Job)")
+        return self._last.job
+
+    def to_dot(self) -> str:
+        """Graphviz source of the last compiled Job."""
+        return self._job().to_dot()
+
+    def __repr__(self):
+        lines = [f"(GRAPH:{self._name}:{type(self).__name__}): ("]
+        lines.append(f"  (CONFIG:config:{self.config!r}, training={self.training})")
+        job = self._last.job if self._last is not None else None
+        if job is not None:
+            for op in job.inputs():
+                t = job.tensors[op.outputs[0]]
+                lines.append(f"  (INPUT:{t.name}:tensor(..., size={tuple(t.shape)}, "
+                             f"dtype=sbpflow.{t.dtype.name}, is_lazy='True'))")
+        for n, m in self._modules.items():
+            lines.extend("  " + s for s in _module_lines(m, n, 0))
+        if job is not None:
+            for op in job.outputs():
+                t = job.tensors[op.inputs[0]]
+                lines.append(f"  (OUTPUT:output_{op.attrs['index']}:tensor(..., "
+                             f"size={tuple(t.shape)}, dtype=sbpflow.{t.dtype.name}, "
+                             "is_lazy='True'))")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+def _optimizer_kind(opt) -> str | None:
+    mro = {c.__name__ for c in type(opt).__mro__}
+    if "SGD" in mro:
+        return "sgd"
+    if "Adam" in mro:  # AdamW subclasses Adam (decoupled_weight_decay)
+        return "adam"
+    return None
+
+
+def _scalar(v) -> float:
+    return float(v.item() if isinstance(v, Tensor) else v)
+
+
+def _hyper(kind, group) -> dict:
+    if kind == "sgd":
+        return {"momentum": _scalar(group["momentum"]), "dampening": _scalar(group["dampening"]),
+                "nesterov": bool(group["nesterov"]),
+                "weight_decay": _scalar(group["weight_decay"]),
+                "maximize": bool(group["maximize"])}
+    b1, b2 = group["betas"]
+    return {"beta1": _scalar(b1), "beta2": _scalar(b2), "eps": _scalar(group["eps"]),
+            "weight_decay": _scalar(group["weight_decay"]),
+            "decoupled_weight_decay": bool(group.get("decoupled_weight_decay", False)),
+            "amsgrad": bool(group["amsgrad"]), "maximize": bool(group["maximize"])}
+
+
+def _hashable(x):
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        if isinstance(x, dict):
+            return tuple((k, _hashable(v)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return tuple(_hashable(v) for v in x)
+        return repr(x)
+
+
+__all__ = ["Graph", "GraphConfig", "GraphModule", "ProxyModule"]

@@ -1,0 +1,221 @@
+"""The lazy interpreter: what build() turns into, and the errors it raises at once."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import sbpflow as flow
+from sbpflow.graph.ir import Job
+from sbpflow.graph.trace import LazyTensorError, trace_build
+
+from .refeval import run_job
+
+
+def _mlp():
+    flow.manual_seed(0)
+    return flow.nn.Sequential(flow.nn.Linear(4, 8), flow.nn.BatchNorm1d(8), flow.nn.ReLU(),
+                              flow.nn.Linear(8, 3))
+
+
+def _trace(build, *args, modules=None, **kwargs):
+    job = Job("g")
+    spec = trace_build(job, build, args, kwargs, modules or {})
+    job.check()
+    return job, spec
+
+
+def _line(fn, text):
+    src, start = inspect.getsourcelines(fn)
+    return start + next(i for i, s in enumerate(src) if text in s)
+
+
+def test_mlp_job_structure_names_and_scopes():
+    m = _mlp()
+    x = flow.randn(5, 4)
+    job, _ = _trace(lambda x: m(x).sum(), x, modules={"model": m})
+    assert [o.op_type for o in job.ops[:2]] == ["input", "variable"]
+    assert set(job.variables) == {
+        "model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias",
+        "model.1.running_mean", "model.1.running_var", "model.1.num_batches_tracked",
+        "model.3.weight", "model.3.bias"}
+    assert job.variables["model.0.weight"].trainable
+    assert job.variables["model.0.weight"].tensor is m[0].weight  # the eager memory
+    assert not job.variables["model.1.running_mean"].trainable
+    linear = next(job.ops_of("linear"))
+    assert linear.scope == "model.0" and linear.name.startswith("model.0-linear-")
+    assert linear.loc[0] == __file__
+    assert next(job.ops_of("relu")).scope == "model.2"
+    # BatchNorm's running statistics: SSA values written back by assign ops.
+    assigned = {job.producer(o.inputs[0]).attrs["var"] for o in job.ops_of("assign")}
+    assert assigned == {"model.1.running_mean", "model.1.running_var",
+                        "model.1.num_batches_tracked"}
+    for t in job.tensors.values():
+        assert t.placement.ranks == [0] and t.sbp == (flow.sbp.broadcast,)
+    (out,) = job.outputs()
+    assert job.tensors[out.inputs[0]].shape == ()
+    # nothing ran: the eager buffers are unchanged
+    assert m[1].num_batches_tracked.item() == 0
+    text = str(job)
+    assert "linear(input-0, model.0.weight, model.0.bias)" in text
+    assert Job.from_json(job.to_json()).to_json() == job.to_json()
+
+
+def test_traced_values_equal_eager():
+    m = _mlp()
+    x = flow.randn(5, 4)
+    job, _ = _trace(lambda x: m(x), x, modules={"model": m})
+    (got,), writes = run_job(job, [x.numpy()])
+    ref = m(x)
+    np.testing.assert_allclose(got, ref.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(writes["model.1.running_mean"], m[1].running_mean.numpy(),
+                               rtol=1e-6)
+    assert writes["model.1.num_batches_tracked"] == 1
+
+
+def test_nested_inputs_outputs_and_constants():
+    def build(pair, d, scale):
+        a, b = pair
+        return {"sum": a + b * scale, "parts": [a, d["c"]]}
+
+    a, b, c = flow.ones(2), flow.ones(2) * 2, flow.zeros(3)
+    job, spec = _trace(build, (a, b), {"c": c}, 3.0)
+    assert [o.attrs["index"] for o in job.inputs()] == [0, 1, 2]
+    assert len(job.outputs()) == 3
+    outs, _ = run_job(job, [a.numpy(), b.numpy(), c.numpy()])
+    from sbpflow.graph.trace import unflatten
+    res = unflatten(spec, outs)
+    np.testing.assert_allclose(res["sum"], [7, 7])
+    assert res["parts"][1].shape == (3,)
+
+
+def test_captured_eager_tensor_is_one_nontrainable_variable():
+    w = flow.randn(3)
+
+    def build(x):
+        return x * w + w
+
+    job, _ = _trace(build, flow.randn(3))
+    assert list(job.variables) == ["captured-0"]
+    assert not job.variables["captured-0"].trainable
+    assert len(list(job.ops_of("variable"))) == 1
+
+
+def test_inplace_is_ssa_and_writes_variables_back():
+    buf = flow.zeros(3)
+
+    def build(x):
+        y = x * 2
+        y.add_(1)  # lazy target: rebound
+        with flow.no_grad():
+            buf.add_(y)  # eager target: a variable plus an assign
+        return y, buf + 0
+
+    x = flow.ones(3)
+    job, _ = _trace(build, x)
+    (assign,) = job.ops_of("assign")
+    assert job.producer(assign.inputs[0]).attrs["var"] == "captured-0"
+    (y, b), writes = run_job(job, [x.numpy()])
+    np.testing.assert_allclose(y, [3, 3, 3])
+    np.testing.assert_allclose(b, [3, 3, 3])  # reads after the write see it
+    np.testing.assert_allclose(writes["captured-0"], [3, 3, 3])
+    assert buf.numpy().tolist() == [0, 0, 0]
+
+
+def test_inplace_through_view_raises():
+    def build(x):
+        y = x * 1
+        y[0].add_(1)
+        return y
+
+    with pytest.raises(NotImplementedError, match="through a view"):
+        _trace(build, flow.ones(3))
+
+
+def test_view_read_after_base_write_raises():
+    def build(x):
+        y = x * 1
+        v = y[0:2]
+        y.add_(1)
+        return v * 1
+
+    with pytest.raises(NotImplementedError, match="read after its base was written"):
+        _trace(build, flow.ones(3))
+
+
+def test_random_ops_are_recorded():
+    drop = flow.nn.Dropout(0.5)
+    job, _ = _trace(lambda x: drop(x), flow.ones(4, 4), modules={"drop": drop})
+    assert any(o.scope == "drop" for o in job.ops if o.op_type not in ("input", "output"))
+
+
+def _build_item(x):
+    y = x.sum()
+    return y.item()  # the offending line
+
+
+def _build_numpy(x):
+    return (x * 2).numpy()  # the offending line
+
+
+def _build_if(x):
+    if x.sum() > 0:  # the offending line
+        return x
+    return -x
+
+
+def _build_shape(x):
+    w = flow.randn(5, 2)
+    return x @ w  # the offending line
+
+
+@pytest.mark.parametrize("fn,exc,text", [
+    (_build_item, LazyTensorError, ".item()"),
+    (_build_numpy, LazyTensorError, ".numpy()"),
+    (_build_if, LazyTensorError, "bool()"),
+    (_build_shape, RuntimeError, "matmul"),
+])
+def test_build_errors_name_the_user_line(fn, exc, text):
+    with pytest.raises(exc) as info:
+        _trace(fn, flow.ones(3, 4))
+    msg = str(info.value)
+    assert text in msg
+    assert f"{__file__}:{_line(fn, 'the offending line')}" in msg
+
+
+def test_backward_records_loss_only():
+    lin = flow.nn.Linear(3, 1)
+
+    def build(x):
+        loss = lin(x).sum()
+        loss.backward()
+        return loss
+
+    job, _ = _trace(build, flow.ones(2, 3), modules={"lin": lin})
+    assert len(job.loss) == 1 and job.tensors[job.loss[0]].shape == ()
+    assert lin.weight.grad is None
+
+
+def test_backward_errors_as_torch():
+    lin = flow.nn.Linear(3, 2)
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        _trace(lambda x: lin(x).backward(), flow.ones(2, 3), modules={"lin": lin})
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        _trace(lambda x: (x * 2).sum().backward(), flow.ones(2, 3))
+
+
+def test_lazy_tensor_repr_and_meta():
+    seen = {}
+
+    def build(x):
+        y = x.reshape(6)
+        seen["repr"] = repr(y)
+        seen["shape"] = tuple(y.shape)
+        seen["dtype"] = y.dtype
+        return y
+
+    _trace(build, flow.ones(2, 3))
+    assert "is_lazy=True" in seen["repr"]
+    assert seen["shape"] == (6,) and seen["dtype"] is flow.float32
