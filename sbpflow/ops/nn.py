@@ -790,12 +790,34 @@ def _check_indices(name, arg, m):
                        TypeError)
 
 
-def _clamp_indices(ctx, idx, idx_meta, n):
-    """Indices clamped into [0, n-1]; the functional layer has already rejected out-of-range
-    ones, this only guarantees the kernel never reads outside the table."""
-    k = _Prims(ctx, dt.int64)
+def _out_of_range(ctx, idx, n):
+    """An index of the int64 array `idx` outside [0, n): the minimum if it is negative, else
+    the maximum; None when all are in range.
+
+    Data-dependent, so the kernel checks it, as torch's CPU kernels do before reading: two
+    scalars read on the host by whichever thread runs the kernel, never a sync of the Python
+    thread.  On a worker the error surfaces at the next sync point, like a CUDA device-side
+    assert; inline or in SYNC mode it raises at once.  A global op checks each rank's piece,
+    so only the ranks holding a bad index raise."""
+    if 0 in idx.shape:
+        return None
+    p = ctx.prims
+    axes = tuple(range(idx.ndim))
+    lo = int(p.to_host(p.reduce("min", idx, axes)))
+    if lo < 0:
+        return lo
+    hi = int(p.to_host(p.reduce("max", idx, axes)))
+    return hi if hi >= n else None
+
+
+def _checked_indices(ctx, idx, idx_meta, n):
+    """Indices as int64, every one a row of a table of n rows (else torch's IndexError)."""
     idx = cast_array(ctx, idx, idx_meta.dtype, dt.int64)
-    return k.bin("minimum", k.bin("maximum", idx, 0), max(n - 1, 0))
+    bad = _out_of_range(ctx, idx, n)
+    if bad is not None:
+        raise IndexError(f"embedding(): index out of range in self (index {bad}, table of {n} "
+                         "rows)")
+    return idx
 
 
 def _embedding_meta(indices, weight, padding_idx=None, scale_grad_by_freq=False):
@@ -809,7 +831,7 @@ def _embedding_meta(indices, weight, padding_idx=None, scale_grad_by_freq=False)
 
 
 def _embedding_kernel(ctx, indices, weight, padding_idx=None, scale_grad_by_freq=False):
-    idx = _clamp_indices(ctx, indices, ctx.in_metas[0], ctx.in_metas[1].shape[0])
+    idx = _checked_indices(ctx, indices, ctx.in_metas[0], ctx.in_metas[1].shape[0])
     return ctx.prims.index(weight, (idx,))
 
 
@@ -880,7 +902,7 @@ def _embedding_grad_kernel(ctx, g, indices, num_weights, padding_idx=None,
     count = math.prod(gm.shape[:-1])
     out_dtype = ctx.out_metas[0].dtype
     k = _Prims(ctx, _compute_dtype(out_dtype))
-    idx = p.reshape(_clamp_indices(ctx, indices, ctx.in_metas[1], num_weights), (count,))
+    idx = p.reshape(_checked_indices(ctx, indices, ctx.in_metas[1], num_weights), (count,))
     rows = p.reshape(p.contiguous(cast_array(ctx, g, gm.dtype, k.dtype)), (count, dim))
     if padding_idx is not None:
         # Lookups of the padding row contribute nothing.
@@ -967,6 +989,13 @@ def _one_hot_meta(x, num_classes):
 
 
 def _one_hot_kernel(ctx, x, num_classes):
+    # Checked here, not by the caller: a data-dependent check would sync the Python thread.
+    if 0 not in x.shape:
+        axes = tuple(range(x.ndim))
+        if int(ctx.prims.to_host(ctx.prims.reduce("min", x, axes))) < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if int(ctx.prims.to_host(ctx.prims.reduce("max", x, axes))) >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
     # The classes this piece covers: a split of the class axis gets its own range.
     cls = ctx.piece(0)[-1]
     start = cls.start or 0
@@ -1054,15 +1083,17 @@ def _class_last_perm(nd):
 
 
 def _nll_targets(ctx, k, target, target_meta, weight, num_classes, ignore_index):
-    """(valid, safe) shaped target.shape + (1,): which targets count, and targets made safe to
-    index with (ignored ones point at class 0), plus the weight of each target (0 if ignored)."""
+    """(valid, safe) shaped target.shape + (1,): which targets count, and targets safe to
+    index with (ignored ones point at class 0), plus the weight of each target (0 if ignored).
+    A counted target outside [0, num_classes) raises torch's IndexError (see _out_of_range)."""
     p = ctx.prims
     t = cast_array(ctx, target, target_meta.dtype, dt.int64)
     t = p.slice(t, (Ellipsis, None))
     valid = p.binary("ne", t, p.full((), dt.int64, ignore_index))
     safe = p.where(valid, t, p.full((), dt.int64, 0))
-    safe = p.binary("minimum", p.binary("maximum", safe, p.full((), dt.int64, 0)),
-                    p.full((), dt.int64, max(num_classes - 1, 0)))
+    bad = _out_of_range(ctx, safe, num_classes)
+    if bad is not None:
+        raise IndexError(f"Target {bad} is out of bounds.")
     w_t = k.where(valid, p.index(weight, (safe,)), 0.0)
     return valid, safe, w_t
 

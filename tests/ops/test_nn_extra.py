@@ -678,6 +678,84 @@ def test_loss_errors_match_torch():
         F.cross_entropy(flow.tensor(1.0), flow.tensor(0))
 
 
+# Index ranges are data-dependent: the kernels check them, so a call never syncs the Python
+# thread; a bad index raises at once when the kernel runs inline, else at the next sync.
+_INDEX_ERRORS = [
+    ("cross_entropy", lambda: F.cross_entropy(flow.tensor(X), flow.tensor([0, 1, 7, 2])),
+     IndexError, "nll_loss: Target 7 is out of bounds."),
+    ("nll_loss", lambda: F.nll_loss(flow.tensor(X), flow.tensor([0, 1, -2, -100])),
+     IndexError, "nll_loss: Target -2 is out of bounds."),
+    ("embedding", lambda: F.embedding(flow.tensor([[0, 5]]), flow.tensor(_rand(3, 2))),
+     IndexError, "embedding: embedding(): index out of range in self (index 5, table of 3 "
+     "rows)"),
+    ("embedding_neg", lambda: F.embedding(flow.tensor([-1, 2]), flow.tensor(_rand(3, 2))),
+     IndexError, "embedding(): index out of range in self (index -1,"),
+    ("one_hot", lambda: F.one_hot(flow.tensor([1, 4]), 3),
+     RuntimeError, "one_hot: Class values must be smaller than num_classes."),
+    ("one_hot_neg", lambda: F.one_hot(flow.tensor([1, -1]), 3),
+     RuntimeError, "one_hot: Class values must be non-negative."),
+]
+
+
+@pytest.mark.parametrize("name,program,cls,text", _INDEX_ERRORS,
+                         ids=[c[0] for c in _INDEX_ERRORS])
+def test_index_range_errors_inline_and_from_the_worker(name, program, cls, text):
+    flow.synchronize()  # an idle stream: the small kernel runs inline and raises right here
+    with pytest.raises(cls) as info:
+        program()
+    assert text in str(info.value)
+    with flow.vm.inline_max(0):  # on the worker: the call returns, the error comes later
+        out = program()
+        line = program.__code__.co_firstlineno
+    with pytest.raises(cls) as info:
+        out.numpy()
+    assert isinstance(info.value, flow.vm.KernelError)
+    assert text in str(info.value) and f"test_nn_extra.py:{line}" in str(info.value)
+    flow.synchronize()  # reported once; the VM stays usable
+    with flow.vm.inline_max(0):
+        program()
+    with pytest.raises(cls, match="out of|Class values"):
+        flow.synchronize()
+
+
+def test_index_range_checks_skip_ignored_targets_on_the_worker():
+    x = _rand(4, 5)
+    with flow.vm.inline_max(0):
+        for t, kw in (([0, 9, 1, 4], {"ignore_index": 9}), ([-100, 4, -100, 0], {})):
+            for fn, tfn in ((F.cross_entropy, TF.cross_entropy), (F.nll_loss, TF.nll_loss)):
+                out = fn(flow.tensor(x), flow.tensor(t), **kw)
+                _close(out, tfn(torch.tensor(x), torch.tensor(t), **kw))
+
+
+def test_index_checks_do_not_sync_per_call(monkeypatch):
+    """cross_entropy, nll_loss, embedding and one_hot (with num_classes) issue their work and
+    return: no host access (item(), numpy()) and no synchronize during the call."""
+    from sbpflow.vm import VirtualMachine
+
+    syncs = []
+    for method in ("access", "synchronize"):
+        orig = getattr(VirtualMachine, method)
+        monkeypatch.setattr(VirtualMachine, method,
+                            lambda self, *a, _o=orig, _m=method, **k: (syncs.append(_m),
+                                                                        _o(self, *a, **k))[1])
+    x, t = flow.tensor(_rand(6, 5), requires_grad=True), flow.tensor([0, 4, 1, -100, 2, 3])
+    idx, w = flow.tensor([[0, 2], [1, 1]]), flow.tensor(_rand(3, 2), requires_grad=True)
+    with flow.vm.inline_max(0):
+        ce = F.cross_entropy(x, t)
+        nll = F.nll_loss(x, t, reduction="sum")
+        emb = F.embedding(idx, w)
+        oh = F.one_hot(t.clamp(0, 4), 5)
+        ce.backward()
+        emb.sum().backward()
+    assert syncs == [], syncs
+    monkeypatch.undo()
+    xn, tn = torch.tensor(_host(x)), torch.tensor(t.numpy())
+    _close(ce, TF.cross_entropy(xn, tn))
+    _close(nll, TF.nll_loss(xn, tn, reduction="sum"))
+    _close(emb, _host(w)[idx.numpy()])
+    assert oh.numpy().sum() == 6 and w.grad.numpy().sum() == 8.0
+
+
 # =========================================================================================
 # regression and binary losses
 # =========================================================================================

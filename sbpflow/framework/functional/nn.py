@@ -62,23 +62,6 @@ def _warn_size_mismatch(input: Tensor, target: Tensor) -> None:
             "broadcasting. Please ensure they have the same size.", stacklevel=3)
 
 
-def _check_index_range(indices: Tensor, low: int, high: int, ignore=None):
-    """An index outside [low, high) (the minimum if it is below, else the maximum), ignoring
-    entries equal to `ignore`; None when all are in range.
-
-    Data-dependent, so it syncs; torch's CPU kernels check the same before reading."""
-    if indices.numel() == 0:
-        return None
-    if ignore is not None:
-        indices = call("where", indices == ignore, creation.zeros_like(indices) + low, indices)
-    lo, hi = indices.min().item(), indices.max().item()
-    if lo < low:
-        return lo
-    if hi >= high:
-        return hi
-    return None
-
-
 def _feature_shape(c: int, ndim: int, class_dim: int) -> tuple[int, ...]:
     """Shape that broadcasts a per-class vector along `class_dim` of an ndim-d tensor."""
     return (c,) + (1,) * (ndim - class_dim - 1)
@@ -486,11 +469,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
             raise ValueError(f"Padding_idx must be within num_embeddings, got {padding_idx} "
                              f"for {num} embeddings")
         padding_idx %= num
-    if input.dtype in (dt.int64, dt.int32):
-        bad = _check_index_range(input, 0, num)
-        if bad is not None:
-            raise IndexError(f"embedding(): index out of range in self (index {bad}, table of "
-                             f"{num} rows)")
+    # Index ranges are data-dependent: the kernels check them (ops/nn.py, _out_of_range), so
+    # a call never syncs; a bad index raises at the next sync point.
     if max_norm is not None:
         _embedding_renorm(weight, input, max_norm, norm_type)
     return call("embedding", input, weight, padding_idx=padding_idx,
@@ -520,12 +500,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if num_classes == -1:
         if tensor.numel() == 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        # The output's shape depends on the data: this one sync is unavoidable (torch too).
         num_classes = int(tensor.max().item()) + 1
-    elif tensor.numel():
-        if tensor.min().item() < 0:
-            raise RuntimeError("Class values must be non-negative.")
-        if tensor.max().item() >= num_classes:
-            raise RuntimeError("Class values must be smaller than num_classes.")
+    # Class values are checked by the kernel, without a sync.
     return call("one_hot", tensor, num_classes=num_classes)
 
 
@@ -550,10 +527,7 @@ def _nll(input: Tensor, target: Tensor, weight, reduction: str, ignore_index: in
         target = target.reshape(())
     if weight is None:
         weight = creation.ones((c,), dtype=input.dtype, device=input._where())
-    if target.dtype in (dt.int64, dt.uint8):
-        bad = _check_index_range(target, 0, c, ignore=ignore_index)
-        if bad is not None:
-            raise IndexError(f"Target {bad} is out of bounds.")
+    # Targets outside [0, c) are checked by the kernel (no sync per call; ignore_index skipped).
     return call("nll_loss", input, target, weight,
                 reduction="none" if reduction == "none" else "sum", ignore_index=ignore_index)
 
