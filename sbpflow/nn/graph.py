@@ -184,15 +184,10 @@ class _Compiled:
 
 def _default_runner(job: Job):
     """The compiled plan of `job` on the actor runtime: an object whose
-    `run(inputs, feeds) -> list[Tensor]` runs one step."""
-    try:
-        from ..graph.compiler import compile_job
-        from ..runtime import Runtime
-    except ImportError as e:
-        raise NotImplementedError(
-            "nn.Graph: the Job compiler and actor runtime are not available yet "
-            f"({e})") from None
-    return Runtime(compile_job(job))
+    `run(inputs, feeds) -> list[Tensor]` runs one step (one VM instruction)."""
+    from ..graph.compiler import build_runtime
+
+    return build_runtime(job)
 
 
 # Tests may swap in a reference evaluator; the package runs Jobs only on the runtime.
