@@ -1,0 +1,649 @@
+"""Elementwise fusion: chains of elementwise ops become one `fused_elementwise` op.
+
+Which ops fuse is a whitelist (`_SEM`) of registry ops whose kernels this file reproduces
+exactly: unary math, binary arithmetic with broadcasting, their scalar forms, comparisons,
+`where`, `clamp`, `relu` and float casts.  Every value inside a group is floating point (or
+bool, from a comparison); integer arithmetic, rounding division and anything else stays
+unfused.  Gradients are ops in the Job too, so backward chains fuse the same way.
+
+Grouping: walking the ops backwards, an ungrouped fusable op roots a group; the group absorbs
+the producer of one of its members' inputs when that producer is fusable, its output has the
+group's output shape (so no element is computed twice), and every reader of that output is in
+the group (the intermediate then needs no memory of its own).  A group of one op is left alone.
+
+The fused op's attrs describe the group (serialisable: tuples, str, numbers, dtypes):
+  steps   ((op_type, operands, out_dtype, compute_dtype, attrs), ...) in execution order;
+          an operand is ("x", k), input k of the fused kernel, or ("v", j), step j's value
+  in_dtypes, in_shapes   of the kernel's inputs (after the head, see below)
+  head    None, or (op_type, n_inputs, attrs, dtype): with `allow_fuse_add_to_output`, an
+          `add` whose operand comes from a matmul/linear/conv/bmm op that nobody else reads
+          takes that op in as the head: the kernel runs the head's OpDef kernel on its first
+          n_inputs arrays and adds into the head's result buffer in place
+  jit     whether to generate a numba kernel (else NumPy with out= buffers)
+  ops     the op types, for people reading the Job
+
+Kernels (`KERNEL_RESOLVERS["fused_elementwise"]`): the arithmetic of a group is generated as
+Python source for numba (`fastmath` off, `error_model="numpy"`, so results are IEEE-identical
+to NumPy's: float64 bitwise, float32 too), written under a content-addressed file name in
+`$SBPFLOW_NUMBA_CACHE`, else `$NUMBA_CACHE_DIR/sbpflow`, else `~/.cache/sbpflow/numba`, and
+compiled with numba's on-disk cache, so a second process loads it instead of compiling.  The
+loop nest is generated per rank and broadcast pattern, not per size, so chains of one form
+share a kernel.  Transcendental steps (exp, log, tanh, sigmoid, ...) are not generated: numba
+calls scalar libm there, several times slower than NumPy's SIMD loops and not bit-equal to
+them, so they run as NumPy ufuncs with `out=` between generated loops.  Where a group can't be
+jitted (float16/bfloat16, numba missing) or is smaller than `job.config["fuse_jit_min_numel"]`
+elements (default 4096: compiling costs ~0.3 s once, and below that NumPy with preallocated
+buffers already beats the unfused chain), every step runs as NumPy with `out=` buffers.
+
+Config flags (default True): `allow_fuse_add_to_output` (the head above),
+`allow_fuse_cast_scale` (a `to_dtype` feeding a `mul_scalar` fuses; off, that edge is cut),
+`allow_fuse_elementwise` (off: the pass does nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+
+import numpy as np
+
+from ..._core import dtype as dt
+from ..._core.meta import TensorMeta
+from ...device import Device
+from ...ops import registry
+from ...ops._util import promote
+from ...ops.registry import KernelContext
+from .. import ir
+from ..ir import OpNode
+
+# op_type -> (kind, primitive name)
+_SEM: dict[str, tuple[str, str]] = {}
+for _n in ("add", "sub", "mul", "div", "maximum", "minimum"):
+    _SEM[_n] = ("bin", _n)
+_SEM["clamp_min"] = ("bin", "maximum")
+_SEM["clamp_max"] = ("bin", "minimum")
+for _n in ("add", "sub", "mul", "div"):
+    _SEM[_n + "_scalar"] = ("scal", _n)
+for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _SEM[_n] = ("cmp", _n)
+    _SEM[_n + "_scalar"] = ("scmp", _n)
+for _n in ("neg", "abs", "square", "reciprocal", "sqrt", "rsqrt", "relu"):
+    _SEM[_n] = ("un", _n)
+for _n in ("exp", "log", "tanh", "sigmoid", "sin", "cos", "expm1", "log1p"):
+    _SEM[_n] = ("np", _n)
+_SEM["where"] = ("where", "where")
+_SEM["where_scalar"] = ("where_scalar", "where")
+_SEM["to_dtype"] = ("cast", "cast")
+_SEM["clamp"] = ("clamp", "clamp")
+
+HEAD_OPS = ("matmul", "linear", "bmm", "conv1d", "conv2d", "conv3d", "conv_input_grad",
+            "conv_weight_grad")
+_JIT_DTYPES = ("float32", "float64", "bool")
+_JIT_MIN_NUMEL = 4096
+
+
+# -- which ops fuse --------------------------------------------------------------------------
+def _is_scalar(v) -> bool:
+    return isinstance(v, (bool, int, float))
+
+
+def _step_dtypes(op, job):
+    """(out dtype, compute dtype) of a fusable op, or None when it is not fusable."""
+    sem = _SEM.get(op.op_type)
+    if sem is None or len(op.outputs) != 1 or not op.inputs:
+        return None
+    kind = sem[0]
+    od = job.tensors[op.outputs[0]].dtype
+    in_metas = [job.tensors[i].meta for i in op.inputs]
+    if any(not (m.dtype.is_floating_point or m.dtype is dt.bool_) for m in in_metas):
+        return None
+    a = op.attrs
+    if kind in ("cmp", "scmp"):
+        if kind == "cmp":
+            cd = promote(in_metas)
+        else:
+            if not _is_scalar(a.get("other")):
+                return None
+            cd = promote(in_metas, (a["other"],))
+        return (od, cd) if od is dt.bool_ and cd.is_floating_point else None
+    if not od.is_floating_point:
+        return None
+    if kind == "scal" and not _is_scalar(a.get("other")):
+        return None
+    if op.op_type in ("div", "div_scalar") and a.get("rounding_mode") is not None:
+        return None
+    if kind == "where" and in_metas[0].dtype is not dt.bool_:
+        return None
+    if kind == "where_scalar" and (in_metas[0].dtype is not dt.bool_
+                                   or not _is_scalar(a.get("other"))):
+        return None
+    if kind == "clamp" and not all(v is None or _is_scalar(v) for v in (a.get("min"),
+                                                                         a.get("max"))):
+        return None
+    return od, od
+
+
+# -- the pass ----------------------------------------------------------------------------------
+def run(job) -> None:
+    cfg = job.config
+    if not cfg.get("allow_fuse_elementwise", True):
+        return
+    cast_scale = cfg.get("allow_fuse_cast_scale", True)
+    add_to_output = cfg.get("allow_fuse_add_to_output", True)
+    jit_min = cfg.get("fuse_jit_min_numel", _JIT_MIN_NUMEL)
+
+    consumers = job.consumers()
+    protected = set(job.loss) | set(job.grads.values())
+    by_name = {op.name: op for op in job.ops}
+    position = {op.name: k for k, op in enumerate(job.ops)}
+    dtypes = {op.name: d for op in job.ops if (d := _step_dtypes(op, job)) is not None}
+    grouped: set[str] = set()
+    groups = []
+    for root in reversed(job.ops):
+        if root.name in grouped or root.name not in dtypes:
+            continue
+        shape = job.tensors[root.outputs[0]].shape
+        members = {root.name}
+        changed = True
+        while changed:  # to a fixed point: a value read twice joins once both readers are in
+            changed = False
+            for m in [by_name[n] for n in members]:
+                for t in m.inputs:
+                    p = job.tensors[t].producer
+                    if (p is None or p in members or p in grouped or p not in dtypes
+                            or t in protected or job.tensors[t].shape != shape):
+                        continue
+                    if not cast_scale and by_name[p].op_type == "to_dtype" and any(
+                            c.op_type == "mul_scalar" and c.name in members
+                            for c in consumers.get(t, ())):
+                        continue
+                    if all(c.name in members for c in consumers.get(t, ())):
+                        members.add(p)
+                        changed = True
+        head = None
+        if add_to_output:
+            head = _find_head(job, members, by_name, consumers, protected, grouped, shape)
+        if len(members) < 2 and head is None:
+            continue
+        grouped |= members
+        if head is not None:
+            grouped.add(head.name)
+        groups.append((sorted(members, key=position.__getitem__), head, root))
+
+    if not groups:
+        return
+    replace: dict[str, OpNode] = {}
+    drop: set[str] = set()
+    for members, head, root in groups:
+        node = _fused_node(job, [by_name[n] for n in members], head, root, dtypes, jit_min)
+        replace[root.name] = node
+        drop.update(members)
+        if head is not None:
+            drop.add(head.name)
+    new_ops = []
+    for op in job.ops:
+        if op.name in replace:
+            node = replace[op.name]
+            job.tensors[node.outputs[0]].producer = node.name
+            new_ops.append(node)
+        elif op.name in drop:
+            for o in op.outputs:
+                job.tensors.pop(o, None)
+        else:
+            new_ops.append(op)
+    job.ops = new_ops
+    job.stats["fused_groups"] = job.stats.get("fused_groups", 0) + len(groups)
+    job.stats["fused_ops"] = job.stats.get("fused_ops", 0) + sum(
+        len(m) + (h is not None) for m, h, _ in groups)
+
+
+def _find_head(job, members, by_name, consumers, protected, grouped, shape):
+    """The matmul-like producer of an `add` operand that can take the add into its output."""
+    out_dtype = None
+    for n in sorted(members):
+        m = by_name[n]
+        if m.op_type != "add":
+            continue
+        out_dtype = job.tensors[m.outputs[0]].dtype
+        for t in m.inputs:
+            p = job.tensors[t].producer
+            if p is None or p in grouped or p in members:
+                continue
+            h = by_name[p]
+            lt = job.tensors[t]
+            if (h.op_type in HEAD_OPS and len(h.outputs) == 1 and t not in protected
+                    and lt.shape == shape and lt.dtype is out_dtype
+                    and [c.name for c in consumers.get(t, ())] == [m.name]):
+                return h
+    return None
+
+
+def _fused_node(job, members, head, root, dtypes, jit_min) -> OpNode:
+    value_of = {m.outputs[0]: j for j, m in enumerate(members)}
+    ext: list[str] = []
+    if head is not None:
+        ext.append(head.outputs[0])
+
+    def ref(t):
+        if t in value_of:
+            return ("v", value_of[t])
+        if t not in ext:
+            ext.append(t)
+        return ("x", ext.index(t))
+
+    steps = []
+    for m in members:
+        od, cd = dtypes[m.name]
+        steps.append((m.op_type, tuple(ref(t) for t in m.inputs), od.name, cd.name,
+                      tuple(sorted(m.attrs.items()))))
+    metas = [job.tensors[t].meta for t in ext]
+    names = [m.dtype.name for m in metas] + [s[2] for s in steps]
+    numel = job.tensors[root.outputs[0]].meta.numel
+    attrs = {
+        "steps": tuple(steps),
+        "in_dtypes": tuple(m.dtype.name for m in metas),
+        "in_shapes": tuple(tuple(m.shape) for m in metas),
+        "head": None,
+        "jit": all(n in _JIT_DTYPES for n in names) and numel >= jit_min,
+        "ops": "+".join(([head.op_type] if head is not None else [])
+                        + [m.op_type for m in members]),
+    }
+    inputs = tuple(ext)
+    if head is not None:
+        attrs["head"] = (head.op_type, len(head.inputs), tuple(sorted(head.attrs.items())),
+                         job.tensors[head.outputs[0]].dtype.name)
+        inputs = tuple(head.inputs) + inputs[1:]
+    return OpNode(job.new_name(f"{root.scope + '-' if root.scope else ''}fused_elementwise"),
+                  "fused_elementwise", inputs, root.outputs, attrs, root.scope, root.loc)
+
+
+# -- NumPy evaluation of one step (exactly what the OpDef kernels do) --------------------------
+_NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+              "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal,
+              "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+              "ge": np.greater_equal}
+_NP_UNARY = {"neg": np.negative, "abs": np.abs, "square": np.square,
+             "reciprocal": np.reciprocal, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
+             "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "expm1": np.expm1,
+             "log1p": np.log1p}
+_CPU = Device("cpu").prims
+
+
+def _const(value, d: dt.DType):
+    """A Python number as the kernels see it: a 0-d array of dtype d (`_scalar_array`)."""
+    c = np.empty((), d.np)
+    c.fill(value)
+    return c
+
+
+class _NpStep:
+    """One step evaluated with NumPy ufuncs writing into a given buffer."""
+
+    __slots__ = ("kind", "prim", "refs", "od", "cd", "in_dtypes", "attrs", "consts")
+
+    def __init__(self, step, ref_dtypes):
+        op_type, refs, od, cd, attrs = step
+        self.kind, self.prim = _SEM[op_type]
+        self.refs = refs
+        self.od, self.cd = dt._by_name(od), dt._by_name(cd)
+        self.in_dtypes = [ref_dtypes(r) for r in refs]
+        self.attrs = dict(attrs)
+        a = self.attrs
+        self.consts = {}
+        if "other" in a and self.kind in ("scal", "scmp", "where_scalar"):
+            self.consts["other"] = _const(a["other"], self.cd)
+        if self.kind == "clamp":
+            for k in ("min", "max"):
+                if a.get(k) is not None:
+                    self.consts[k] = _const(a[k], self.od)
+        if self.prim == "relu":
+            self.consts["zero"] = _const(0, self.od)
+
+    def _cast(self, x, src: dt.DType, want: dt.DType):
+        return x if src is want else x.astype(want.np)
+
+    def __call__(self, ins, dest):
+        kind, prim, a = self.kind, self.prim, self.attrs
+        cd = self.cd
+        if kind == "where":
+            c, x, y = ins
+            x = self._cast(x, self.in_dtypes[1], cd)
+            y = self._cast(y, self.in_dtypes[2], cd)
+            np.copyto(dest, np.where(c, x, y))
+            return
+        if kind == "where_scalar":
+            c, x = ins
+            x = self._cast(x, self.in_dtypes[1], cd)
+            s = self.consts["other"]
+            np.copyto(dest, np.where(c, s, x) if a.get("reverse") else np.where(c, x, s))
+            return
+        xs = [self._cast(x, d, cd) for x, d in zip(ins, self.in_dtypes, strict=True)]
+        if kind in ("bin", "cmp"):
+            _NP_BINARY[prim](xs[0], xs[1], out=dest)
+        elif kind in ("scal", "scmp"):
+            s = self.consts["other"]
+            if a.get("reverse"):
+                _NP_BINARY[prim](s, xs[0], out=dest)
+            else:
+                _NP_BINARY[prim](xs[0], s, out=dest)
+        elif kind == "cast":
+            np.copyto(dest, ins[0], casting="unsafe")
+        elif kind == "clamp":
+            x = xs[0]
+            if "min" in self.consts:
+                np.maximum(x, self.consts["min"], out=dest)
+                x = dest
+            if "max" in self.consts:
+                np.minimum(x, self.consts["max"], out=dest)
+            elif "min" not in self.consts:
+                np.copyto(dest, x)
+        elif prim == "relu":
+            np.maximum(xs[0], self.consts["zero"], out=dest)
+        elif prim == "rsqrt":
+            np.sqrt(xs[0], out=dest)
+            np.reciprocal(dest, out=dest)
+        elif prim == "sigmoid":
+            np.copyto(dest, _CPU.unary("sigmoid", xs[0]))
+        else:
+            _NP_UNARY[prim](xs[0], out=dest)
+
+
+# -- numba code generation --------------------------------------------------------------------
+_CMP_OP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ARITH_OP = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+class _Gen:
+    """Builds the source of one generated loop kernel."""
+
+    def __init__(self):
+        self.consts: dict[tuple, str] = {}
+        self.lines: list[str] = []
+
+    def const(self, value, d: dt.DType) -> str:
+        if d is dt.bool_:
+            return "True" if bool(value) else "False"
+        v = float(d.np.type(value))  # rounded to d as `_scalar_array` does
+        key = (d.name, v.hex())
+        if key not in self.consts:
+            self.consts[key] = f"K{len(self.consts)}"
+        return self.consts[key]
+
+    def cast(self, var: str, src: dt.DType, want: dt.DType) -> str:
+        if src is want:
+            return var
+        if want is dt.bool_:
+            return f"({var} != 0)"
+        if src is dt.bool_:
+            return f"({self.const(1, want)} if {var} else {self.const(0, want)})"
+        return f"np.{want.name}({var})"
+
+    def header(self) -> str:
+        out = ["import numpy as np", "import numba", ""]
+        for (dname, hexv), name in self.consts.items():
+            out.append(f"{name} = np.{dname}(float.fromhex({hexv!r}))")
+        return "\n".join(out)
+
+
+def _maxmin(prim, x, y):
+    cmp = ">=" if prim == "maximum" else "<="
+    return f"({x} if ({x} {cmp} {y} or {x} != {x}) else {y})"
+
+
+def _step_expr(g: _Gen, kind, prim, attrs, xs, od: dt.DType, cd: dt.DType) -> str:
+    if kind == "bin":
+        if prim in _ARITH_OP:
+            return f"({xs[0]} {_ARITH_OP[prim]} {xs[1]})"
+        return _maxmin(prim, xs[0], xs[1])
+    if kind == "cmp":
+        return f"({xs[0]} {_CMP_OP[prim]} {xs[1]})"
+    if kind in ("scal", "scmp"):
+        s = g.const(attrs["other"], cd)
+        x, y = (s, xs[0]) if attrs.get("reverse") else (xs[0], s)
+        if kind == "scmp":
+            return f"({x} {_CMP_OP[prim]} {y})"
+        return f"({x} {_ARITH_OP[prim]} {y})"
+    if kind == "where":
+        return f"({xs[1]} if {xs[0]} else {xs[2]})"
+    if kind == "where_scalar":
+        s = g.const(attrs["other"], od)
+        return f"({s} if {xs[0]} else {xs[1]})" if attrs.get("reverse") else \
+            f"({xs[1]} if {xs[0]} else {s})"
+    if kind == "cast":
+        return xs[0]  # the operand was cast to od already
+    if kind == "clamp":
+        e = xs[0]
+        if attrs.get("min") is not None:
+            e = _maxmin("maximum", e, g.const(attrs["min"], od))
+        if attrs.get("max") is not None:
+            e = _maxmin("minimum", e, g.const(attrs["max"], od))
+        return e
+    x = xs[0]
+    one = g.const(1, od)
+    return {"neg": f"(-{x})", "abs": f"abs({x})", "square": f"({x} * {x})",
+            "reciprocal": f"({one} / {x})", "sqrt": f"np.sqrt({x})",
+            "rsqrt": f"({one} / np.sqrt({x}))",
+            "relu": _maxmin("maximum", x, g.const(0, od))}[prim]
+
+
+def _index(shape, rank) -> str:
+    """Index expression of an operand of `shape` in a loop nest of `rank` (broadcasting)."""
+    if not shape:
+        return "()"
+    lead = rank - len(shape)
+    return ", ".join("0" if n == 1 else f"i{lead + m}" for m, n in enumerate(shape))
+
+
+def _generate(stage_steps, in_refs, in_shapes, out_refs, rank, ref_dtype) -> str:
+    """Source of `fused(a0, .., o0, ..)`: one loop nest evaluating `stage_steps`."""
+    g = _Gen()
+    body = []
+    local = {}
+    for k, (r, shape) in enumerate(zip(in_refs, in_shapes, strict=True)):
+        idx = _index(shape, rank) if shape is not None else "()"
+        body.append(f"x{k} = a{k}[{idx}]")
+        local[r] = f"x{k}"
+    for j, (op_type, refs, od, cd, attrs) in stage_steps:
+        kind, prim = _SEM[op_type]
+        od, cd = dt._by_name(od), dt._by_name(cd)
+        want = [cd] * len(refs)
+        if kind in ("where", "where_scalar"):
+            want = [dt.bool_] + [od] * (len(refs) - 1)
+        xs = []
+        for n, (r, w) in enumerate(zip(refs, want, strict=True)):
+            e = g.cast(local[r], ref_dtype(r), w)
+            if e != local[r]:
+                body.append(f"c{j}_{n} = {e}")
+                e = f"c{j}_{n}"
+            xs.append(e)
+        e = _step_expr(g, kind, prim, dict(attrs), xs, od, cd)
+        if od is not dt.bool_:
+            e = f"np.{od.name}({e})"
+        body.append(f"v{j} = {e}")
+        local[("v", j)] = f"v{j}"
+    out_idx = ", ".join(f"i{d}" for d in range(rank)) if rank else "()"
+    for k, r in enumerate(out_refs):
+        body.append(f"o{k}[{out_idx}] = {local[r]}")
+    args = [f"a{k}" for k in range(len(in_refs))] + [f"o{k}" for k in range(len(out_refs))]
+    lines = ["@numba.njit(cache=True, error_model='numpy', nogil=True)",
+             f"def fused({', '.join(args)}):"]
+    ind = "    "
+    for d in range(rank):
+        lines.append(f"{ind * (d + 1)}for i{d} in range(o0.shape[{d}]):")
+    lines += [ind * (rank + 1) + s for s in body]
+    return g.header() + "\n\n\n" + "\n".join(lines) + "\n"
+
+
+def _cache_dir() -> str:
+    d = os.environ.get("SBPFLOW_NUMBA_CACHE")
+    if not d and os.environ.get("NUMBA_CACHE_DIR"):
+        d = os.path.join(os.environ["NUMBA_CACHE_DIR"], "sbpflow")
+    if not d:
+        d = os.path.join(os.path.expanduser("~"), ".cache", "sbpflow", "numba")
+    return d
+
+
+_COMPILED: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+def _load(source: str):
+    """The jitted `fused` of `source`, from memory, numba's disk cache, or compiled."""
+    key = hashlib.sha1(source.encode()).hexdigest()[:20]
+    fn = _COMPILED.get(key)
+    if fn is not None:
+        return fn
+    with _LOCK:
+        fn = _COMPILED.get(key)
+        if fn is not None:
+            return fn
+        d = _cache_dir()
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"fused_{key}.py")
+        # Written once under a content-addressed name: numba's cache is keyed by the file's
+        # path and timestamp, so rewriting an existing file would invalidate it.
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        name = f"sbpflow_fused_{key}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        # numba's cached functions find their globals by importing the module's name.
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        fn = mod.fused
+        _COMPILED[key] = fn
+        return fn
+
+
+def _numba_available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- the kernel --------------------------------------------------------------------------------
+class _JitStage:
+    __slots__ = ("source", "in_refs", "out_refs", "fn")
+
+    def __init__(self, source, in_refs, out_refs):
+        self.source, self.in_refs, self.out_refs = source, in_refs, out_refs
+        self.fn = None
+
+
+def _plan(attrs):
+    """Stages of the kernel: ("np", j, step) or ("jit", _JitStage); and the values that live
+    in buffers between stages."""
+    steps = attrs["steps"]
+    in_dtypes = [dt._by_name(n) for n in attrs["in_dtypes"]]
+    in_shapes = attrs["in_shapes"]
+
+    def ref_dtype(r):
+        return in_dtypes[r[1]] if r[0] == "x" else dt._by_name(steps[r[1]][2])
+
+    use_jit = attrs["jit"] and _numba_available()
+    rank = len(np.broadcast_shapes(*in_shapes)) if in_shapes else 0
+    final = ("v", len(steps) - 1)
+    groups: list = []  # ("np", j) or ("jit", [j, ...])
+    for j, (op_type, *_rest) in enumerate(steps):
+        if use_jit and _SEM[op_type][0] != "np":
+            if groups and groups[-1][0] == "jit":
+                groups[-1][1].append(j)
+            else:
+                groups.append(("jit", [j]))
+        else:
+            groups.append(("np", j))
+    # Which values cross a stage boundary (or are the result) and so need a buffer.
+    stage_of = {}
+    for s, grp in enumerate(groups):
+        for j in (grp[1] if grp[0] == "jit" else [grp[1]]):
+            stage_of[j] = s
+    crossing = {final}
+    for j, step in enumerate(steps):
+        for r in step[1]:
+            if r[0] == "v" and stage_of[r[1]] != stage_of[j]:
+                crossing.add(r)
+    stages = []
+    for s, grp in enumerate(groups):
+        if grp[0] == "np":
+            j = grp[1]
+            stages.append(("np", j, _NpStep(steps[j], ref_dtype)))
+            continue
+        js = grp[1]
+        in_refs = []
+        for j in js:
+            for r in steps[j][1]:
+                if (r[0] == "x" or stage_of[r[1]] != s) and r not in in_refs:
+                    in_refs.append(r)
+        out_refs = [("v", j) for j in js if ("v", j) in crossing]
+        shapes = [in_shapes[r[1]] if r[0] == "x" else None for r in in_refs]
+        # A buffer between stages has the output's shape: index it like the output.
+        shapes = [sh if sh is not None else (2,) * rank for sh in shapes]
+        src = _generate([(j, steps[j]) for j in js], in_refs, shapes, out_refs, rank, ref_dtype)
+        stages.append(("jit", _JitStage(src, in_refs, out_refs)))
+    return stages, crossing, ref_dtype, final
+
+
+def resolve(node, job=None):
+    """KERNEL_RESOLVERS entry: the kernel of a `fused_elementwise` node."""
+    attrs = node.attrs
+    stages, crossing, ref_dtype, final = _plan(attrs)
+    head = attrs["head"]
+    if head is not None:
+        h_type, n_head, h_attrs, h_dtype = head
+        h_kernel = registry.get(h_type).kernel
+        h_attrs = dict(h_attrs)
+        h_dtype = dt._by_name(h_dtype)
+    out_np = dt._by_name(attrs["steps"][-1][2]).np
+    buffers = [r for r in crossing if r != final]
+
+    def kernel(ctx, *arrays, out=None, **_attrs):
+        shape = ctx.out_metas[0].shape
+        if head is not None:
+            hctx = KernelContext(ctx.prims, h_type, ctx.in_metas[:n_head],
+                                 (TensorMeta(shape, h_dtype),))
+            r = h_kernel(hctx, *arrays[:n_head], **h_attrs)
+            arrays = (r,) + arrays[n_head:]
+            # Add into the head's fresh result in place when it is a plain buffer of the
+            # output's type that no other input shares.
+            if (out is None and type(r) is np.ndarray and r.dtype == out_np
+                    and r.shape == shape and r.flags.c_contiguous and r.flags.writeable
+                    and not any(np.may_share_memory(r, a) for a in arrays[1:])):
+                out = r
+        if out is None:
+            out = np.empty(shape, out_np)
+        vals = {final: out}
+        for r in buffers:
+            vals[r] = np.empty(shape, ref_dtype(r).np)
+
+        def get(r):
+            return arrays[r[1]] if r[0] == "x" else vals[r]
+
+        for st in stages:
+            if st[0] == "np":
+                _, j, step = st
+                ref = ("v", j)
+                dest = vals.get(ref)
+                if dest is None:
+                    dest = vals[ref] = np.empty(shape, ref_dtype(ref).np)
+                step([get(r) for r in step.refs], dest)
+            else:
+                js = st[1]
+                if js.fn is None:
+                    js.fn = _load(js.source)
+                js.fn(*[get(r) for r in js.in_refs], *[vals[r] for r in js.out_refs])
+        return out
+
+    kernel.accepts_out = True
+    kernel.sources = [st[1].source for st in stages if st[0] == "jit"]
+    return kernel
+
+
+ir.KERNEL_RESOLVERS["fused_elementwise"] = resolve
