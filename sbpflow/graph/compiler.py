@@ -36,8 +36,13 @@ _BOUNDARY = ("input", "output", "assign")
 THREAD_MODES = ("inline", "stream")
 
 
-def compile_job(job: ir.Job, threads: str = "inline") -> Plan:
-    """Lower a Job to a one-rank Plan."""
+def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None = None) -> Plan:
+    """Lower a Job to a one-rank Plan.
+
+    `copy_inputs`: whether copy_in copies the call's inputs into planned buffers (so it can
+    run ahead while the caller reuses its arrays) or hands references on.  A graph call
+    needs no copy: its VM instruction keeps the input arrays unchanged until the step is
+    done.  Default: copy when the copy task has its own thread (`threads="stream"`)."""
     if threads not in THREAD_MODES:
         raise ValueError(f"compile_job: threads must be one of {THREAD_MODES}, not {threads!r}")
     t0 = time.perf_counter()
@@ -104,6 +109,8 @@ def compile_job(job: ir.Job, threads: str = "inline") -> Plan:
                                    roots.get(name, "own"), name in views)
 
     stream_mode = threads == "stream"
+    if copy_inputs is None:
+        copy_inputs = stream_mode
     copy_thread, compute_thread = (1, 2) if stream_mode else (0, 0)
     results = tuple(dict.fromkeys(outputs))
     in_bytes = sum(tensors[t].nbytes for t in inputs)
@@ -120,7 +127,8 @@ def compile_job(job: ir.Job, threads: str = "inline") -> Plan:
     registers = [
         RegisterDesc(0, "source-out", 0, (1,), 1),
         # Two slots: the input copy of step n+1 overlaps the compute of step n.
-        RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs, in_bytes),
+        RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs, in_bytes if copy_inputs else 0,
+                     by_ref=not copy_inputs),
         RegisterDesc(2, "compute-out", 2, (3, 4), 1, results, out_bytes),
         RegisterDesc(3, "copy_out-out", 3, (4,), 1),
         RegisterDesc(4, "tick-out", 4, (5,), 1),

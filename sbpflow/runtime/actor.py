@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from .bus import ACK, EORD, REGST, START, ActorMsg
+from .bus import ACK, EORD, REGST, START
 
 
 class RuntimeKernelError(RuntimeError):
@@ -78,11 +78,22 @@ class Actor:
         self.free = {r: collections.deque(registers[r].slots) for r in self.produced}
         self._in = [self.readable[r] for r in self.consumed]
         self._out = [self.free[r] for r in self.produced]
-        self._consumers = [registers[r].desc.consumers for r in self.produced]
-        self._producer = {r: registers[r].desc.producer for r in self.consumed}
+        self._registers = registers
         self.acted = 0
         self._eords = 0
         self.done = False  # end of data passed on
+
+    def connect(self, actors: dict) -> None:
+        """Resolve the actors at the other ends of this actor's registers."""
+        regs = self._registers
+        # Per produced register: its consumers; per consumed register: its producer.
+        self._consumers = [tuple(actors[c] for c in regs[r].desc.consumers)
+                           for r in self.produced]
+        self._producer = {r: actors[regs[r].desc.producer] for r in self.consumed}
+        self._n_producers = len({regs[r].desc.producer for r in self.consumed})
+        if (type(self).try_act is Actor.try_act and len(self._in) == 1
+                and len(self._out) == 1):
+            self.try_act = self._try_act_single  # the common shape, without the lists
 
     def reset(self, registers: dict) -> None:
         """Back to the initial state: every produced slot free, nothing readable."""
@@ -101,22 +112,21 @@ class Actor:
         self.done = False
 
     # -- messages ----------------------------------------------------------------------------
-    def on_msg(self, msg: ActorMsg) -> None:
-        kind = msg.kind
+    def on_msg(self, kind: int, slot) -> None:
         if kind == REGST:
-            self.readable[msg.slot.reg].append(msg.slot)
+            self.readable[slot.reg].append(slot)
         elif kind == ACK:
-            slot = msg.slot
             slot.readers -= 1
-            if slot.readers == 0:
-                if not slot.persistent:
-                    slot.arrays = None
-                slot.inst = None
-                self.free[slot.reg].append(slot)
+            if slot.readers:
+                return
+            if not slot.persistent:
+                slot.arrays = None
+            slot.inst = None
+            self.free[slot.reg].append(slot)
         elif kind == EORD:
             self._eords += 1
         elif kind == START:
-            self.start(msg.slot)
+            self.start(slot)
         self.try_act()
         if self._eords and not self.done:
             self._maybe_end()
@@ -124,21 +134,19 @@ class Actor:
     def start(self, inst) -> None:
         raise RuntimeError(f"actor {self.name} ({self.kind}) got a job instance")
 
-    def ready(self) -> bool:
-        for q in self._in:
-            if not q:
-                return False
-        for q in self._out:
-            if not q:
-                return False
-        return True
-
     def try_act(self) -> None:
+        ins_q, outs_q = self._in, self._out
         send = self.bus.send
-        while self.ready():
-            ins = [q.popleft() for q in self._in]
-            outs = [q.popleft() for q in self._out]
-            inst = self.next_instance(ins)
+        while True:
+            for q in ins_q:
+                if not q:
+                    return
+            for q in outs_q:
+                if not q:
+                    return
+            ins = [q.popleft() for q in ins_q]
+            outs = [q.popleft() for q in outs_q]
+            inst = ins[0].inst
             try:
                 self.act(inst, ins, outs)
             except BaseException as e:  # noqa: BLE001 - the caller gets it through the sink
@@ -151,12 +159,34 @@ class Actor:
                 slot.inst = inst
                 slot.readers = len(consumers)
                 for c in consumers:
-                    send(ActorMsg(REGST, c, self.id, slot))
+                    send((c, REGST, slot))
+            producer = self._producer
             for slot in ins:
-                send(ActorMsg(ACK, self._producer[slot.reg], self.id, slot))
+                send((producer[slot.reg], ACK, slot))
 
-    def next_instance(self, ins):
-        return ins[0].inst
+    def _try_act_single(self) -> None:
+        iq, oq = self._in[0], self._out[0]
+        consumers = self._consumers[0]
+        n = len(consumers)
+        producer = self._producer[self.consumed[0]]
+        send = self.bus.send
+        while iq and oq:
+            src = iq.popleft()
+            slot = oq.popleft()
+            inst = src.inst
+            try:
+                self.act(inst, (src,), (slot,))
+            except BaseException as e:  # noqa: BLE001 - the caller gets it through the sink
+                if inst.error is None:
+                    inst.error = self.wrap(e)
+            self.acted += 1
+            if self.trace is not None:
+                self.trace.append((self.name, inst.piece))
+            slot.inst = inst
+            slot.readers = n
+            for c in consumers:
+                send((c, REGST, slot))
+            send((producer, ACK, src))
 
     def act(self, inst, ins, outs) -> None:
         pass
@@ -166,7 +196,7 @@ class Actor:
 
     # -- end of data -------------------------------------------------------------------------
     def _maybe_end(self) -> None:
-        if self._eords < len(set(self._producer.values())) or any(self._in):
+        if self._eords < self._n_producers or any(self._in):
             return
         self.end()
 
@@ -175,9 +205,9 @@ class Actor:
         sent = set()
         for consumers in self._consumers:
             for c in consumers:
-                if c not in sent:
-                    sent.add(c)
-                    self.bus.send(ActorMsg(EORD, c, self.id))
+                if c.id not in sent:
+                    sent.add(c.id)
+                    self.bus.send((c, EORD, None))
 
 
 class SourceActor(Actor):
@@ -188,7 +218,6 @@ class SourceActor(Actor):
     def __init__(self, desc, registers, bus, trace=None):
         super().__init__(desc, registers, bus, trace)
         self.pending: collections.deque = collections.deque()
-        self._in = [self.pending]
         self._eord_requested = False
 
     def reset(self, registers):
@@ -202,40 +231,49 @@ class SourceActor(Actor):
     def try_act(self) -> None:
         send = self.bus.send
         pending = self.pending
-        while pending and self.ready():
+        outs_q = self._out
+        while pending:
+            for q in outs_q:
+                if not q:
+                    return
             inst = pending.popleft()
-            outs = [q.popleft() for q in self._out]
             self.acted += 1
             if self.trace is not None:
                 self.trace.append((self.name, inst.piece))
-            for slot, consumers in zip(outs, self._consumers):
+            for q, consumers in zip(outs_q, self._consumers):
+                slot = q.popleft()
                 slot.inst = inst
                 slot.readers = len(consumers)
                 for c in consumers:
-                    send(ActorMsg(REGST, c, self.id, slot))
+                    send((c, REGST, slot))
 
-    def on_msg(self, msg: ActorMsg) -> None:
-        if msg.kind == EORD:  # from the caller: end once the pending instances are out
+    def on_msg(self, kind, slot) -> None:
+        if kind == EORD:  # from the caller: end once the pending instances are out
             self._eord_requested = True
         else:
-            Actor.on_msg(self, msg)
+            Actor.on_msg(self, kind, slot)
         if self._eord_requested and not self.done and not self.pending:
             self.end()
 
 
 class CopyInActor(Actor):
-    """Copies the call's input arrays into its register's planned buffers."""
+    """Copies the call's input arrays into its register's planned buffers (or, for a register
+    by reference, hands the arrays on)."""
 
     kind = "copy_in"
 
     def __init__(self, desc, registers, bus, prims, trace=None):
         super().__init__(desc, registers, bus, trace)
         self._copyto = prims.copy
+        self._by_ref = bool(self.produced) and registers[self.produced[0]].desc.by_ref
 
     def act(self, inst, ins, outs) -> None:
         arrays = inst.inputs
         inst.inputs = None  # the caller's arrays are not needed past this point
         if inst.error is not None or not outs:
+            return
+        if self._by_ref:
+            outs[0].arrays = arrays
             return
         copy = self._copyto
         for buf, a in zip(outs[0].arrays, arrays):

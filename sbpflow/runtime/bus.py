@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+from typing import Any, NamedTuple
 
 # Message kinds.
 REGST = 0  # a produced slot is readable (producer -> consumer)
@@ -22,17 +23,18 @@ START = 3  # a new job instance (caller -> source)
 _KIND_NAMES = {REGST: "regst", ACK: "ack", EORD: "eord", START: "start"}
 
 
-class ActorMsg:
-    __slots__ = ("kind", "dst", "src", "slot")
+class ActorMsg(NamedTuple):
+    """A message: (destination actor, kind, payload).  The payload is a RegisterSlot for
+    REGST and ACK, the job instance for START, None for EORD.  On the hot path actors send
+    plain tuples of the same layout (building a NamedTuple costs ten times more)."""
 
-    def __init__(self, kind: int, dst: int, src: int, slot=None):
-        self.kind = kind
-        self.dst = dst  # actor (task) id
-        self.src = src  # actor id, -1 for the caller
-        self.slot = slot  # RegisterSlot for REGST/ACK, the job instance for START
+    dst: Any
+    kind: int
+    slot: Any = None
 
     def __repr__(self):
-        return f"ActorMsg({_KIND_NAMES[self.kind]}, {self.src} -> {self.dst}, {self.slot!r})"
+        name = getattr(self.dst, "name", self.dst)
+        return f"ActorMsg({_KIND_NAMES[self.kind]} -> {name}, {self.slot!r})"
 
 
 class MessageBus:
@@ -41,36 +43,30 @@ class MessageBus:
     def __init__(self, thread_of: dict[int, int], inline: bool):
         self.thread_of = thread_of  # actor id -> thread id
         self.inline = inline
-        self.actors: dict = {}
-        self.sent = 0
         if inline:
             self._deque: collections.deque = collections.deque()
-            self.send = self._send_inline
+            self.send = self._deque.append  # no Python frame per message
         else:
             self._queues = {t: queue.SimpleQueue() for t in set(thread_of.values())}
             self._threads: list[threading.Thread] = []
             self.send = self._send_threaded
 
     # -- inline ------------------------------------------------------------------------------
-    def _send_inline(self, msg: ActorMsg) -> None:
-        self._deque.append(msg)
-
     def drain(self) -> None:
         """Inline mode: dispatch messages on this thread until none is left."""
         q = self._deque
-        actors = self.actors
         pop = q.popleft
         while q:
-            msg = pop()
-            actors[msg.dst].on_msg(msg)
+            dst, kind, slot = pop()
+            dst.on_msg(kind, slot)
 
     def clear(self) -> None:
         if self.inline:
             self._deque.clear()
 
     # -- threaded ----------------------------------------------------------------------------
-    def _send_threaded(self, msg: ActorMsg) -> None:
-        self._queues[self.thread_of[msg.dst]].put(msg)
+    def _send_threaded(self, msg) -> None:
+        self._queues[self.thread_of[msg[0].id]].put(msg)
 
     def start(self, name: str = "plan") -> None:
         if self.inline or self._threads:
@@ -81,14 +77,15 @@ class MessageBus:
             th.start()
             self._threads.append(th)
 
-    def _loop(self, q) -> None:
-        actors = self.actors
+    @staticmethod
+    def _loop(q) -> None:
         get = q.get
         while True:
             msg = get()
             if msg is None:
                 return
-            actors[msg.dst].on_msg(msg)
+            dst, kind, slot = msg
+            dst.on_msg(kind, slot)
 
     def stop(self, join: bool = True) -> None:
         """Threaded mode: end every thread (after the messages already queued)."""

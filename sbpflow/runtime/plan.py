@@ -88,6 +88,9 @@ class RegisterDesc:
     register_num: int = 1
     blobs: tuple[str, ...] = ()  # tensor names one slot holds, in order
     nbytes: int = 0  # bytes of one slot (planned buffers)
+    # The input copy's register when the graph call's VM instruction already keeps the
+    # caller's arrays unchanged until the step is done: slots hold references, no copy.
+    by_ref: bool = False
 
 
 @dataclasses.dataclass
@@ -159,8 +162,9 @@ class Plan:
         for r in self.registers:
             cons = ", ".join(names[c] for c in r.consumers) or "-"
             blobs = f" holds {', '.join(r.blobs)}" if r.blobs else ""
+            ref = " (by reference)" if r.by_ref else ""
             lines.append(f"  register {r.id} {r.name}: {names[r.producer]} -> {cons}, "
-                         f"register_num={r.register_num}, {r.nbytes} B{blobs}")
+                         f"register_num={r.register_num}, {r.nbytes} B{ref}{blobs}")
         return "\n".join(lines)
 
     def _tensor_text(self, name: str) -> str:
@@ -206,7 +210,8 @@ class Plan:
             tuple(t["results"]), tuple(tuple(a) for a in t["assigns"]), t["mem_bytes"])
             for t in d["tasks"]]
         regs = [RegisterDesc(r["id"], r["name"], r["producer"], tuple(r["consumers"]),
-                             r["register_num"], tuple(r["blobs"]), r["nbytes"])
+                             r["register_num"], tuple(r["blobs"]), r["nbytes"],
+                             r.get("by_ref", False))
                 for r in d["registers"]]
         tensors = {t["name"]: TensorDesc(t["name"], tuple(t["shape"]), t["dtype"],
                                          tuple(t["mem"]) if t["mem"] is not None else None,

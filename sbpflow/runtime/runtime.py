@@ -26,7 +26,7 @@ from .actor import (
     SourceActor,
     TickActor,
 )
-from .bus import EORD, START, ActorMsg, MessageBus
+from .bus import EORD, START, MessageBus
 from .chain import STRUCTURAL, Chain, link_op
 from .register import Register
 
@@ -64,7 +64,7 @@ class Runtime:
         for rd in plan.registers:
             producer = plan.task(rd.producer)
             buffers = None
-            if producer.kind == "copy_in":
+            if producer.kind == "copy_in" and not rd.by_ref:
                 buffers = [[prims.empty(plan.tensors[t].shape, plan.tensors[t].meta.dtype)
                             for t in rd.blobs] for _ in range(rd.register_num)]
             self.registers[rd.id] = Register(rd, buffers)
@@ -101,7 +101,8 @@ class Runtime:
             self.actors[task.id] = actor
         if self.source is None or self.sink is None:
             raise ValueError(f"plan {plan.name} needs a source and a sink task")
-        bus.actors = self.actors
+        for actor in self.actors.values():
+            actor.connect(self.actors)
         self._pieces = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -144,7 +145,7 @@ class Runtime:
             with self._lock:
                 inst.piece = self._pieces
                 self._pieces += 1
-                self.bus.send(ActorMsg(START, self.source.id, -1, inst))
+                self.bus.send((self.source, START, inst))
                 try:
                     self.bus.drain()
                 except BaseException:
@@ -160,7 +161,7 @@ class Runtime:
         with self._lock:
             inst.piece = self._pieces
             self._pieces += 1
-        self.bus.send(ActorMsg(START, self.source.id, -1, inst))
+        self.bus.send((self.source, START, inst))
         return inst
 
     def run_instance(self, inputs, feeds=None, rng=None):
@@ -191,7 +192,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        self.bus.send(ActorMsg(EORD, self.source.id, -1))
+        self.bus.send((self.source, EORD, None))
         if self.inline:
             self.bus.drain()
         elif not self.sink.drained.wait(timeout):

@@ -21,7 +21,10 @@ def test_plan_structure():
                                                   "sub"]
     assert compute.assigns == (("fc.weight", compute.ops[-1].outputs[0]),)
     copy_in = plan.register(plan.task("copy_in").produced[0])
-    assert copy_in.register_num == 2 and copy_in.nbytes == 4 * 3 * 4
+    assert copy_in.register_num == 2 and copy_in.by_ref and copy_in.nbytes == 0
+    copied = compile_job(jb.job, copy_inputs=True).register(copy_in.id)
+    assert not copied.by_ref and copied.nbytes == 4 * 3 * 4
+    assert not compile_job(jb.job, threads="stream").register(copy_in.id).by_ref
     assert copy_in.consumers == (compute.id,)
     out = plan.register(compute.produced[0])
     assert out.register_num == 1

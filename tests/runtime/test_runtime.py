@@ -1,0 +1,345 @@
+"""The actor runtime: results against NumPy and eager, the actor protocol (pipelining,
+back-pressure, end of data), errors, and the graph call's order with eager ops."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sbpflow as flow
+from sbpflow.graph import ir
+from sbpflow.graph.compiler import build_runtime, compile_job, kernel_resolver
+from sbpflow.ops import registry
+from sbpflow.runtime.actor import Instance
+from sbpflow.runtime.runtime import Runtime
+from sbpflow.vm import get_vm
+from tests.runtime.jobs import JobBuilder, mlp_job
+
+MODES = ["inline", "stream"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+def _run(job, mode, inputs, feeds=None):
+    rt = build_runtime(job, threads=mode)
+    try:
+        return [o.numpy() for o in rt.run([flow.tensor(a) for a in inputs], feeds)]
+    finally:
+        rt.stop()
+
+
+def test_mlp_steps_match_numpy(mode):
+    jb, W = mlp_job(seed=1)
+    w = W.numpy().copy()
+    rt = build_runtime(jb.job, threads=mode)
+    rng = np.random.default_rng(2)
+    for step in range(5):
+        a = rng.standard_normal((4, 3)).astype(np.float32)
+        lr = 0.1 * (step + 1)
+        (r,) = rt.run([flow.tensor(a)], {"lr": lr})
+        np.testing.assert_array_equal(r.numpy(), np.maximum(a @ w, 0))
+        w = w - w * np.float32(lr)
+        np.testing.assert_array_equal(W.numpy(), w)
+    rt.stop()
+
+
+def test_equals_eager_bitwise():
+    """The chain applies ensure_contiguous as the VM does: the same kernels, the same bits."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 7)).astype(np.float32)
+    jb = JobBuilder("eager")
+    x, y = jb.input(a.shape), jb.input(b.shape)
+    h = jb.op("matmul", x, y)
+    t = jb.op("transpose", h, dim0=0, dim1=1)
+    s = jb.op("softmax", t, dim=1)
+    m = jb.op("sum", s, dim=(0,))
+    jb.output(s)
+    jb.output(m)
+    rt = build_runtime(jb.job)
+    s_g, m_g = rt.run([flow.tensor(a), flow.tensor(b)])
+    ex, ey = flow.tensor(a), flow.tensor(b)
+    s_e = flow.softmax(flow.matmul(ex, ey).transpose(0, 1), dim=1)
+    m_e = s_e.sum(dim=0)
+    assert s_g.numpy().tobytes() == s_e.numpy().tobytes()
+    assert m_g.numpy().tobytes() == m_e.numpy().tobytes()
+    assert s_g.is_contiguous()
+
+
+def test_view_outputs_and_aliases(mode):
+    """Outputs that are views, inputs, variables or constants are the caller's own copies."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    jb = JobBuilder("views")
+    x = jb.input(a.shape)
+    v, V = jb.variable("v", np.ones((2, 2), np.float32))
+    c = jb.constant(np.full((2,), 7, np.float32))
+    t = jb.op("transpose", x, dim0=0, dim1=1)
+    e = jb.op("exp", x)
+    te = jb.op("transpose", e, dim0=0, dim1=1)
+    for o in (t, x, v, c, te, e, e):
+        jb.output(o)
+    jb.assign(v, jb.op("add", v, v))
+    rt = build_runtime(jb.job, threads=mode)
+    for step in range(2):
+        outs = rt.run([flow.tensor(a + step)])
+        got = [o.numpy() for o in outs]
+        np.testing.assert_array_equal(got[0], (a + step).T)
+        np.testing.assert_array_equal(got[1], a + step)
+        np.testing.assert_array_equal(got[2], np.full((2, 2), 2.0 ** step, np.float32))
+        np.testing.assert_array_equal(got[3], np.full((2,), 7, np.float32))
+        np.testing.assert_array_equal(got[4], np.exp(a + step).T)
+        np.testing.assert_array_equal(got[5], np.exp(a + step))
+        np.testing.assert_array_equal(got[6], np.exp(a + step))
+        assert all(o.is_contiguous() for o in outs)
+        # Each output owns its memory: writing one changes nothing else.
+        outs[5].add_(1.0)
+        np.testing.assert_array_equal(outs[6].numpy(), np.exp(a + step))
+        outs[3].add_(1.0)
+    np.testing.assert_array_equal(V.numpy(), np.full((2, 2), 4, np.float32))
+    rt.stop()
+
+
+def test_variadic_and_multi_output_ops():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    jb = JobBuilder("multi")
+    x = jb.input(a.shape)
+    y = jb.op("neg", x)
+    c = jb.op("cat", [x, y], dim=0)
+    flow.manual_seed(5)
+    d, mask = jb.op("dropout", c, p=0.5)
+    jb.output(c)
+    jb.output(d)
+    jb.output(mask)
+    (c_g, d_g, m_g) = _run(jb.job, "inline", [a])
+    np.testing.assert_array_equal(c_g, np.concatenate([a, -a]))
+    flow.manual_seed(5)
+    d_e, m_e = registry.op("dropout", flow.tensor(np.concatenate([a, -a])), p=0.5)
+    np.testing.assert_array_equal(d_g, d_e.numpy())
+    np.testing.assert_array_equal(m_g, m_e.numpy())
+
+
+def test_random_ops_draw_the_eager_stream(mode):
+    jb = JobBuilder("random")
+    n1 = jb.op("normal", shape=(3, 4), dtype=flow.float32)
+    x = jb.input((3, 4))
+    u = jb.op("uniform", shape=(5,), dtype=flow.float32)
+    jb.output(jb.op("add", n1, x))
+    jb.output(u)
+    rt = build_runtime(jb.job, threads=mode)
+    z = np.zeros((3, 4), np.float32)
+    flow.manual_seed(11)
+    g = [[o.numpy() for o in rt.run([flow.tensor(z)])] for _ in range(2)]
+    after_graph = flow.randn(2).numpy()
+    flow.manual_seed(11)
+    for step in range(2):
+        e1 = registry.op("normal", shape=(3, 4), dtype=flow.float32).numpy()
+        e2 = registry.op("uniform", shape=(5,), dtype=flow.float32).numpy()
+        np.testing.assert_array_equal(g[step][0], e1)
+        np.testing.assert_array_equal(g[step][1], e2)
+    np.testing.assert_array_equal(flow.randn(2).numpy(), after_graph)
+    rt.stop()
+
+
+def test_feeds_missing_and_wrong_inputs():
+    jb, _ = mlp_job()
+    rt = build_runtime(jb.job)
+    x = flow.tensor(np.ones((4, 3), np.float32))
+    with pytest.raises(KeyError, match="lr"):
+        rt.run([x], {})
+    with pytest.raises(ValueError, match=r"input 0 .*float32\[4, 3\]"):
+        rt.run([flow.tensor(np.ones((4, 4), np.float32))], {"lr": 0.1})
+    with pytest.raises(TypeError, match="expected 1 inputs"):
+        rt.run([x, x], {"lr": 0.1})
+    rt.run([x], {"lr": 0.1})
+
+
+# -- errors --------------------------------------------------------------------------------------
+def _failing_job():
+    """A job whose `index_select` fails at run time when the index input is out of range."""
+    jb = JobBuilder("failing")
+    x = jb.input((3, 2))
+    i = jb.input((2,), flow.int64)
+    w, W = jb.variable("w", np.ones((3, 2), np.float32))
+    s = jb.op("add", x, w)
+    g = jb.op("index_select", s, i, dim=0, name="model-index_select-7")
+    jb.output(g)
+    jb.assign(w, jb.op("add", w, w))
+    return jb, W
+
+
+def test_kernel_error_names_op_and_line_and_the_graph_stays_callable(mode):
+    jb, W = _failing_job()
+    node = jb.job.op("model-index_select-7")
+    rt = build_runtime(jb.job, threads=mode)
+    x = flow.tensor(np.zeros((3, 2), np.float32))
+    with pytest.raises(IndexError) as info:
+        (out,) = rt.run([x, flow.tensor(np.array([0, 5]))])
+        out.numpy()
+    msg = str(info.value)
+    assert "index_select" in msg and "model-index_select-7" in msg and node.where() in msg
+    # No assign happened: the step stopped at the failing op.
+    np.testing.assert_array_equal(W.numpy(), np.ones((3, 2), np.float32))
+    for _ in range(3):  # the runtime is usable afterwards, and pipelining still works
+        (out,) = rt.run([x, flow.tensor(np.array([2, 0]))])
+    np.testing.assert_array_equal(out.numpy(), np.full((2, 2), 4, np.float32))
+    np.testing.assert_array_equal(W.numpy(), np.full((3, 2), 8, np.float32))
+    rt.stop()
+
+
+def test_error_in_one_of_many_async_instances():
+    jb, _ = _failing_job()
+    rt = build_runtime(jb.job, threads="stream")
+    x = np.zeros((3, 2), np.float32)
+    insts = [Instance([x, np.array([0, 9 if k == 3 else 1])], {}, ()) for k in range(8)]
+    for inst in insts:
+        rt.launch(inst)
+    for inst in insts:
+        assert inst.event.wait(10)
+    assert [inst.error is not None for inst in insts] == [k == 3 for k in range(8)]
+    assert isinstance(insts[3].error, IndexError)
+    rt.stop()
+
+
+# -- the actor protocol --------------------------------------------------------------------------
+def _slow_job(delay):
+    """input -> slow (a resolver kernel that sleeps) -> output."""
+
+    def slow(ctx, a):
+        time.sleep(delay)
+        return a * 2
+
+    jb = JobBuilder("slow")
+    x = jb.input((3,))
+    t = jb.tensor((3,))
+    jb.job.add_op("test_slow", [x], [t])
+    jb.output(t)
+    return jb.job, slow
+
+
+def test_back_pressure_pipelining_and_end_of_data():
+    job, slow = _slow_job(0.01)
+    ir.KERNEL_RESOLVERS["test_slow"] = lambda node, job: slow
+    try:
+        plan = compile_job(job, threads="stream")
+        rt = Runtime(plan, {}, resolve=kernel_resolver(job), trace=True)
+    finally:
+        del ir.KERNEL_RESOLVERS["test_slow"]
+    done = []
+    lock = threading.Lock()
+
+    def callback(inst):
+        with lock:
+            done.append(inst.piece)
+
+    n = 20
+    insts = [Instance([np.full(3, k, np.float32)], {}, (), callback=callback)
+             for k in range(n)]
+    for inst in insts:  # launched asynchronously, all at once
+        rt.launch(inst)
+    rt.stop(timeout=30)  # end of data: drains everything launched, then the threads end
+    assert done == list(range(n))  # all finished, in order
+    for k, inst in enumerate(insts):
+        assert inst.error is None
+        np.testing.assert_array_equal(inst.results[0], np.full(3, 2 * k, np.float32))
+    # The input copy runs ahead of the slow compute, but never more than its 2 slots.
+    ahead, most = 0, 0
+    for task, _ in rt.trace:
+        if task == "copy_in":
+            ahead += 1
+        elif task == "compute":
+            ahead -= 1
+        most = max(most, ahead)
+        assert ahead <= 2
+    assert most == 2  # it did run ahead: the pipelining is real
+    pieces = [p for task, p in rt.trace if task == "compute"]
+    assert pieces == list(range(n))
+    assert all(a.done for a in rt.actors.values())
+    assert not any(th.is_alive() for th in rt.bus._threads)
+
+
+def test_end_of_data_inline():
+    jb, _ = mlp_job()
+    rt = build_runtime(jb.job)
+    rt.run([flow.tensor(np.ones((4, 3), np.float32))], {"lr": 0.0})
+    rt.stop()
+    assert all(a.done for a in rt.actors.values())
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.run_instance([np.ones((4, 3), np.float32)], {"lr": 0.0})
+
+
+def test_register_slots_return_to_producers(mode):
+    jb, _ = mlp_job()
+    rt = build_runtime(jb.job, threads=mode)
+    for _ in range(5):
+        rt.run([flow.tensor(np.ones((4, 3), np.float32))], {"lr": 0.0})[0].numpy()
+    get_vm().synchronize()
+    rt.stop(timeout=10)
+    for actor in rt.actors.values():
+        for reg, free in actor.free.items():
+            assert len(free) == rt.registers[reg].desc.register_num, actor.name
+            assert all(s.readers == 0 for s in free)
+            if not any(s.persistent for s in free):  # no step's arrays outlive it
+                assert all(s.arrays is None for s in free)
+
+
+# -- the graph call as a VM instruction ----------------------------------------------------------
+def test_graph_call_orders_with_eager_inplace_ops(mode):
+    jb, W = mlp_job(seed=4)
+    w0 = W.numpy().copy()
+    rt = build_runtime(jb.job, threads=mode)
+    a = np.ones((4, 3), np.float32)
+    W.add_(1.0)  # eager, before the call: the graph must read it
+    (r,) = rt.run([flow.tensor(a)], {"lr": 0.5})
+    W.mul_(3.0)  # eager, after the call: must apply to the graph's update
+    w1 = w0 + 1
+    np.testing.assert_array_equal(r.numpy(), np.maximum(a @ w1, 0))
+    np.testing.assert_array_equal(W.numpy(), (w1 - w1 * np.float32(0.5)) * 3)
+    # An eager op reading the variable right after the call sees the update.
+    (r2,) = rt.run([flow.tensor(a)], {"lr": 0.0})
+    s = W.sum()
+    w2 = (w1 - w1 * np.float32(0.5)) * 3
+    np.testing.assert_allclose(s.item(), w2.sum(), rtol=1e-6)
+    np.testing.assert_array_equal(r2.numpy(), np.maximum(a @ w2, 0))
+    rt.stop()
+
+
+def test_graph_call_bumps_assigned_variables_version():
+    jb, W = mlp_job()
+    rt = build_runtime(jb.job)
+    v = W._version
+    rt.run([flow.tensor(np.ones((4, 3), np.float32))], {"lr": 0.1})
+    assert W._version == v + 1
+
+
+@pytest.mark.parametrize("copy_inputs", [False, True])
+def test_graph_call_reads_input_as_issued(copy_inputs):
+    """An eager in-place write to an input after the call does not change the call's result."""
+    jb = JobBuilder("inp")
+    x = jb.input((2, 2))
+    jb.output(jb.op("mul", x, x))
+    rt = Runtime(compile_job(jb.job, copy_inputs=copy_inputs), {})
+    t = flow.tensor(np.full((2, 2), 3, np.float32))
+    (y,) = rt.run([t])
+    t.add_(1.0)
+    np.testing.assert_array_equal(y.numpy(), np.full((2, 2), 9, np.float32))
+
+
+def test_fixed_cost_of_a_graph_call_is_small():
+    jb = JobBuilder("empty")
+    x = jb.input((2,))
+    jb.output(jb.op("neg", x))
+    rt = build_runtime(jb.job)
+    t = flow.tensor(np.ones(2, np.float32))
+    for _ in range(50):
+        rt.run([t])
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            rt.run([t])
+        best = min(best, (time.perf_counter() - t0) / 200)
+    assert best < 200e-6, best  # measured ~30 us; generous for a loaded machine
