@@ -38,6 +38,9 @@ def _root_grads(roots, grads, create_graph):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     roots = _as_list(tensors)
+    if len(roots) == 1 and getattr(roots[0], "is_lazy", False):  # inside nn.Graph.build()
+        g = _as_list(grad_tensors)
+        return roots[0].backward(g[0] if g else None, retain_graph, create_graph, inputs)
     if retain_graph is None:
         retain_graph = create_graph
     grads = _root_grads(roots, grad_tensors, create_graph)

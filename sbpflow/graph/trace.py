@@ -372,9 +372,9 @@ def flatten(obj, leaves: list):
         leaves.append(obj)
         return ("T", len(leaves) - 1)
     if isinstance(obj, (tuple, list)):
-        return (type(obj), [flatten(x, leaves) for x in obj])
+        return (type(obj), tuple([flatten(x, leaves) for x in obj]))
     if isinstance(obj, dict):
-        return (dict, [(k, flatten(v, leaves)) for k, v in obj.items()])
+        return (dict, tuple([(k, flatten(v, leaves)) for k, v in obj.items()]))
     return ("C", obj)  # a Python constant, baked into the trace
 
 

@@ -216,6 +216,7 @@ class Graph:
             self._modules[name] = value
             self._proxies[name] = ProxyModule(value, name)
             self.__dict__.pop(name, None)
+            self.__dict__.pop("_all_modules", None)
             return
         if isinstance(value, ProxyModule):
             self.__setattr__(name, value._module)
@@ -275,19 +276,24 @@ class Graph:
 
     # -- compiling -----------------------------------------------------------------------------
     def _signature(self, spec, leaves) -> tuple:
-        metas = tuple(
-            (t._meta, None if t._gl is None else (t._gl.placement, tuple(t._gl.sbp)))
-            for t in leaves)
-        modes = tuple(m.training for mod in self._modules.values() for m in mod.modules())
-        return (_hashable(spec), metas, modes, self._hyper_key(), tuple(
-            sorted(self.config._flags.items())))
-
-    def _hyper_key(self) -> tuple:
-        return tuple(
-            tuple(tuple(sorted((k, _hashable(v)) for k, v in _hyper(kind, g).items()))
-                  + (g.get("clip_grad_max_norm"), g.get("clip_grad_norm_type"))
-                  for g in opt.param_groups)
-            for opt, _ in self._optimizers for kind in (_optimizer_kind(opt),))
+        """What a compiled plan depends on: the argument structure and constants, each input
+        tensor's meta (and placement/SBP), every module's train/eval mode, the optimizer
+        hyperparameters baked into the update ops, and the config flags."""
+        metas = tuple([
+            t._meta if t._gl is None else (t._meta, t._gl.placement, tuple(t._gl.sbp))
+            for t in leaves])
+        mods = self.__dict__.get("_all_modules")
+        if mods is None:
+            mods = self.__dict__["_all_modules"] = [
+                m for mod in self._modules.values() for m in mod.modules()]
+        modes = tuple([m.training for m in mods])
+        hyper = tuple([tuple([g.get(k) for k in _HYPER_KEYS]) for opt, _ in self._optimizers
+                       for g in opt.param_groups])
+        try:
+            hash(spec)
+        except TypeError:
+            spec = _hashable(spec)
+        return (spec, metas, modes, hyper, tuple(self.config._flags.items()))
 
     def _names(self) -> dict[int, str]:
         names, _ = module_names(self._modules)
@@ -412,8 +418,9 @@ class Graph:
         if not self._optimizers:
             return
         for opt, p, key, sname in compiled.states:
-            if key not in opt.state[p]:  # SGD's buffer exists once the graph stepped
-                opt.state[p][key] = compiled.job.variables[sname].tensor
+            state = opt.state[p]
+            if key not in state:  # SGD's buffer exists once the graph stepped
+                state[key] = compiled.job.variables[sname].tensor
         self.__dict__["_train_step"] += 1
         for opt, lr_sch in self._optimizers:
             opt._opt_called = True  # a scheduler checks that the optimizer stepped first
@@ -526,6 +533,12 @@ def _hyper(kind, group) -> dict:
             "weight_decay": _scalar(group["weight_decay"]),
             "decoupled_weight_decay": bool(group.get("decoupled_weight_decay", False)),
             "amsgrad": bool(group["amsgrad"]), "maximize": bool(group["maximize"])}
+
+
+# Param-group entries baked into the update ops (a change recompiles; `lr` is fed instead).
+_HYPER_KEYS = ("momentum", "dampening", "nesterov", "weight_decay", "maximize", "betas", "eps",
+               "amsgrad", "decoupled_weight_decay", "clip_grad_max_norm",
+               "clip_grad_norm_type")
 
 
 def _hashable(x):

@@ -219,3 +219,25 @@ def test_lazy_tensor_repr_and_meta():
     _trace(build, flow.ones(2, 3))
     assert "is_lazy=True" in seen["repr"]
     assert seen["shape"] == (6,) and seen["dtype"] is flow.float32
+
+
+def test_autograd_backward_of_a_lazy_loss():
+    lin = flow.nn.Linear(3, 1)
+
+    def build(x):
+        loss = lin(x).sum()
+        flow.autograd.backward(loss)
+        return loss
+
+    job, _ = _trace(build, flow.ones(2, 3), modules={"lin": lin})
+    assert len(job.loss) == 1
+
+
+def test_global_tensor_input_keeps_its_placement_and_sbp():
+    p = flow.placement("cpu", [0])
+    x = flow.randn(4, 3).to_global(p, flow.sbp.split(0))
+    lin = flow.nn.Linear(3, 2)
+    job, _ = _trace(lambda x: lin(x), x, modules={"lin": lin})
+    (inp,) = job.inputs()
+    t = job.tensors[inp.outputs[0]]
+    assert t.sbp == (flow.sbp.split(0),) and t.placement == p
