@@ -23,10 +23,11 @@ never imports graph/).
 
 from __future__ import annotations
 
+import json
 import time
 
 from ..ops import registry
-from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc
+from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc, _enc
 from ..runtime.runtime import Runtime
 from . import ir
 
@@ -129,7 +130,8 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
         # Two slots: the input copy of step n+1 overlaps the compute of step n.
         RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs, in_bytes if copy_inputs else 0,
                      by_ref=not copy_inputs),
-        RegisterDesc(2, "compute-out", 2, (3, 4), 1, results, out_bytes),
+        RegisterDesc(2, "compute-out", 2, (3, 4), 1, results, out_bytes,
+                     mem_block="compute" if any(tensors[t].mem for t in results) else None),
         RegisterDesc(3, "copy_out-out", 3, (4,), 1),
         RegisterDesc(4, "tick-out", 4, (5,), 1),
     ]
@@ -137,13 +139,21 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
     for lt in job.tensors.values():
         device = lt.placement.type
         break
-    stats = {k: v for k, v in job.stats.items() if isinstance(v, (int, float, str, bool))}
+    stats = {k: v for k, v in job.stats.items() if _serialisable(v)}
     stats.update({"ops": len(chain), "memory_block_bytes": mem_bytes, "threads": threads})
     plan = Plan(job.name, tasks, registers, tensors, inputs, outputs, feeds, variables,
                 {name: v.meta for name, v in job.variables.items()}, tuple(random_ops), stats,
                 device)
     plan.stats["compile_seconds"] = time.perf_counter() - t0
     return plan
+
+
+def _serialisable(v) -> bool:
+    try:
+        json.dumps(_enc(v))
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def kernel_resolver(job: ir.Job | None = None):

@@ -17,63 +17,75 @@ from .actor import Instance
 _builder = InstructionsBuilder()
 
 
-class _Bound:
-    """What every call of one runtime needs, looked up once."""
-
-    __slots__ = ("name", "var_blobs", "reads", "writes", "assigned")
+class GraphCall:
+    """The graph call of one runtime, with what every call needs looked up once."""
 
     def __init__(self, rt):
         plan = rt.plan
+        self.rt = rt
         self.name = f"graph {plan.name}"
         used = list(dict.fromkeys(plan.variables.values()))
         assigned = {var for t in plan.tasks for var, _ in t.assigns}
-        tensors = [rt.variables[v] for v in used]
-        self.var_blobs = [t._blob for t in tensors]
-        self.reads = [rt.variables[v]._storage for v in used if v not in assigned]
+        self.var_blobs = [rt.variables[v]._blob for v in used]
+        self.var_reads = [rt.variables[v]._storage for v in used if v not in assigned]
+        # Storages the step writes in place: ordered after every earlier reader and writer.
         self.assigned = [rt.variables[v]._storage for v in used if v in assigned]
-        self.writes = self.assigned
+        self.feed_keys = tuple(plan.feeds)
+        self.in_metas = rt.in_metas
+        self.out_metas = rt.out_metas
+        self.device = rt.device
+
+    def __call__(self, inputs, feeds=None) -> list:
+        """Run one job instance on eager tensors; returns the output tensors."""
+        in_metas = self.in_metas
+        if len(inputs) != len(in_metas):
+            raise TypeError(f"{self.name}: expected {len(in_metas)} inputs, got {len(inputs)}")
+        for t, m in zip(inputs, in_metas):
+            if type(t) is not Tensor or t._meta != m:
+                self._bad_input(inputs)
+        if feeds:
+            feeds = dict(feeds)
+        else:
+            feeds = {}
+        for k in self.feed_keys:
+            if k not in feeds:
+                missing = sorted(set(self.feed_keys) - set(feeds))
+                raise KeyError(f"{self.name}: no value fed for {missing}")
+        rt = self.rt
+        dev = self.device
+        outs = [Tensor._make(Blob(), m, dev) for m in self.out_metas]
+        out_blobs = [o._blob for o in outs]
+        in_blobs = [t._blob for t in inputs]
+        rng = rt.draw_rng() if rt.rng_words else ()
+        inline = rt.inline
+
+        def run_lazy_job():
+            inst = Instance([b.array for b in in_blobs], feeds, rng)
+            rt.launch(inst)
+            if not inline:
+                inst.event.wait()
+            if inst.error is not None:
+                raise inst.error
+            for b, a in zip(out_blobs, inst.results):
+                b.array = a
+
+        _builder.call(self.name, run_lazy_job, ins=in_blobs + self.var_blobs, outs=out_blobs,
+                      reads=[t._storage for t in inputs] + self.var_reads,
+                      writes=[o._storage for o in outs] + self.assigned, stream=dev.type,
+                      kind="call", numel=0)
+        for st in self.assigned:  # as eager in-place writes do, at issue
+            st.version += 1
+        return outs
+
+    def _bad_input(self, inputs):
+        for i, (t, m) in enumerate(zip(inputs, self.in_metas)):
+            if not isinstance(t, Tensor) or t._meta != m:
+                got = (f"{t.dtype.name}{list(t.shape)}" if isinstance(t, Tensor)
+                       else type(t).__name__)
+                raise ValueError(f"{self.name}: input {i} must be a tensor of "
+                                 f"{m.dtype.name}{list(m.shape)}, got {got}")
 
 
 def call_graph(rt, inputs, feeds=None) -> list:
     """Run one job instance of runtime `rt` on eager tensors; returns the output tensors."""
-    bound = rt.__dict__.get("_bound")
-    if bound is None:
-        bound = rt._bound = _Bound(rt)
-    in_metas = rt.in_metas
-    if len(inputs) != len(in_metas):
-        raise TypeError(f"{bound.name}: expected {len(in_metas)} inputs, got {len(inputs)}")
-    for i, (t, m) in enumerate(zip(inputs, in_metas)):
-        if not isinstance(t, Tensor) or t._meta != m:
-            got = (f"{t.dtype.name}{list(t.shape)}" if isinstance(t, Tensor)
-                   else type(t).__name__)
-            raise ValueError(f"{bound.name}: input {i} must be a tensor of "
-                             f"{m.dtype.name}{list(m.shape)}, got {got}")
-    feeds = dict(feeds) if feeds else {}
-    if len(feeds) < len(rt.plan.feeds):
-        missing = sorted(set(rt.plan.feeds) - set(feeds))
-        if missing:
-            raise KeyError(f"{bound.name}: no value fed for {missing}")
-    dev = rt.device
-    outs = [Tensor._make(Blob(), m, dev) for m in rt.out_metas]
-    out_blobs = [o._blob for o in outs]
-    in_blobs = [t._blob for t in inputs]
-    rng = rt.draw_rng()
-    inline = rt.inline
-
-    def run_lazy_job():
-        inst = Instance([b.array for b in in_blobs], feeds, rng)
-        rt.launch(inst)
-        if not inline:
-            inst.event.wait()
-        if inst.error is not None:
-            raise inst.error
-        for b, a in zip(out_blobs, inst.results):
-            b.array = a
-
-    _builder.call(bound.name, run_lazy_job, ins=in_blobs + bound.var_blobs, outs=out_blobs,
-                  reads=[t._storage for t in inputs] + bound.reads,
-                  writes=[o._storage for o in outs] + bound.writes, stream=dev.type,
-                  kind="call", numel=0)
-    for st in bound.assigned:  # as eager in-place writes do, at issue
-        st.version += 1
-    return outs
+    return rt.graph_call(inputs, feeds)

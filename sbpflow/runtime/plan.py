@@ -91,6 +91,9 @@ class RegisterDesc:
     # The input copy's register when the graph call's VM instruction already keeps the
     # caller's arrays unchanged until the step is done: slots hold references, no copy.
     by_ref: bool = False
+    # The compute task whose memory block holds this register's planned tensors (their
+    # offsets are the tensors' `mem`), or None.
+    mem_block: str | None = None
 
 
 @dataclasses.dataclass
@@ -163,6 +166,7 @@ class Plan:
             cons = ", ".join(names[c] for c in r.consumers) or "-"
             blobs = f" holds {', '.join(r.blobs)}" if r.blobs else ""
             ref = " (by reference)" if r.by_ref else ""
+            ref += f" in block of {r.mem_block}" if r.mem_block else ""
             lines.append(f"  register {r.id} {r.name}: {names[r.producer]} -> {cons}, "
                          f"register_num={r.register_num}, {r.nbytes} B{ref}{blobs}")
         return "\n".join(lines)
@@ -211,7 +215,7 @@ class Plan:
             for t in d["tasks"]]
         regs = [RegisterDesc(r["id"], r["name"], r["producer"], tuple(r["consumers"]),
                              r["register_num"], tuple(r["blobs"]), r["nbytes"],
-                             r.get("by_ref", False))
+                             r.get("by_ref", False), r.get("mem_block"))
                 for r in d["registers"]]
         tensors = {t["name"]: TensorDesc(t["name"], tuple(t["shape"]), t["dtype"],
                                          tuple(t["mem"]) if t["mem"] is not None else None,

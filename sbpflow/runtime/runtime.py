@@ -28,6 +28,7 @@ from .actor import (
 )
 from .bus import EORD, START, MessageBus
 from .chain import STRUCTURAL, Chain, link_op
+from .launch import GraphCall
 from .register import Register
 
 
@@ -35,7 +36,8 @@ class Runtime:
     def __init__(self, plan, variables: dict | None = None, resolve=None, trace: bool = False):
         self.plan = plan
         self.variables = dict(variables or {})
-        missing = sorted(set(plan.variables.values()) - set(self.variables))
+        missing = sorted(v for v in set(plan.variables.values())
+                         if self.variables.get(v) is None)
         if missing:
             raise ValueError(f"Runtime of plan {plan.name}: no tensor given for variables "
                              f"{missing}")
@@ -109,6 +111,8 @@ class Runtime:
         self.in_metas = tuple(plan.tensors[t].meta for t in plan.inputs)
         self.out_metas = tuple(plan.tensors[t].meta for t in plan.outputs)
         bus.start(plan.name)
+        # rt.graph_call(inputs, feeds) is rt.run without one Python frame.
+        self.graph_call = GraphCall(self)
 
     def _picks(self, task):
         """copy_out: per output, (index in the compute register's arrays, copy or not)."""
@@ -177,9 +181,7 @@ class Runtime:
     def run(self, inputs, feeds=None):
         """The graph call: one VM instruction that runs a job instance on the tensors'
         memory.  Returns new eager tensors for the outputs."""
-        from .launch import call_graph
-
-        return call_graph(self, inputs, feeds)
+        return self.graph_call(inputs, feeds)
 
     def _reset(self) -> None:
         self.bus.clear()

@@ -73,9 +73,12 @@ def test_memory_plan_offsets_become_buffers():
     jb.output(y)
     jb.job.tensors[h].mem = (0, 64)
     jb.job.tensors[y].mem = (64, 64)
+    jb.job.stats["memory_plan"] = {"peak_bytes": 128}
     plan = compile_job(jb.job)
     assert plan.task("compute").mem_bytes == 128
-    assert "@64" in str(plan)
+    assert plan.register(plan.task("compute").produced[0]).mem_block == "compute"
+    assert "@64" in str(plan) and "in block of compute" in str(plan)
+    assert Plan.from_json(plan.to_json()).stats["memory_plan"] == {"peak_bytes": 128}
     rt = build_runtime(jb.job)
     a = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
     (out,) = rt.run([flow.tensor(a)])

@@ -343,3 +343,48 @@ def test_fixed_cost_of_a_graph_call_is_small():
             rt.run([t])
         best = min(best, (time.perf_counter() - t0) / 200)
     assert best < 200e-6, best  # measured ~30 us; generous for a loaded machine
+
+
+def test_graph_call_orders_with_eager_ops_on_the_vm_worker(monkeypatch):
+    """Large eager ops go to the VM's worker; the graph call must still wait for them, and
+    eager ops issued after it must wait for the graph's writes."""
+    from sbpflow.vm import stream
+
+    handed = []
+    push = stream.Stream.push
+
+    def counting_push(self, instr):
+        handed.append(instr.name)
+        return push(self, instr)
+
+    monkeypatch.setattr(stream.Stream, "push", counting_push)
+    n = 1 << 19  # above the VM's inline threshold: eager ops on it are handed to the worker
+    jb = JobBuilder("big")
+    x = jb.input((n,))
+    w, W = jb.variable("w", np.zeros(n, np.float32))
+    jb.output(jb.op("add", x, w))
+    jb.assign(w, jb.op("add", w, x))
+    rt = build_runtime(jb.job)
+    ones = flow.tensor(np.ones(n, np.float32))
+    outs = []
+    for _ in range(3):
+        W.add_(1.0)
+        W.mul_(2.0)
+        outs.append(rt.run([ones])[0])
+        W.sub_(1.0)
+    expect_w, expect_out = 0.0, []
+    for _ in range(3):
+        expect_w = (expect_w + 1) * 2
+        expect_out.append(1 + expect_w)
+        expect_w = expect_w + 1 - 1
+    for o, e in zip(outs, expect_out):
+        np.testing.assert_array_equal(o.numpy(), np.full(n, e, np.float32))
+    np.testing.assert_array_equal(W.numpy(), np.full(n, expect_w, np.float32))
+    assert handed.count("graph big") >= 1  # the calls really queued behind eager work
+
+
+def test_none_variable_tensor_is_a_link_error():
+    jb, _ = mlp_job()
+    plan = compile_job(jb.job)
+    with pytest.raises(ValueError, match="fc.weight"):
+        Runtime(plan, {"fc.weight": None})
