@@ -202,6 +202,9 @@ class Trace:
         trainable = False
         if name is None:
             name = f"captured-{self._n_captured}"
+            while name in self.job.variables or name in self.job.tensors:
+                self._n_captured += 1  # another trace (a pass) captured into this Job
+                name = f"captured-{self._n_captured}"
             self._n_captured += 1
         else:
             trainable = bool(t._requires_grad) and t.dtype.is_floating_point

@@ -132,3 +132,76 @@ def test_activation_gradients_equal_eager(name):
     lin = flow.nn.Linear(3, 4)
     w = flow.randn(4)
     _check(lin, _train(lin, lambda m, x: (fn(m(x)) * w).sum()), flow.randn(5, 3))
+
+
+# -- every registered op in a graph (OneFlow's check_graph) -----------------------------------
+def _op_cases():
+    from tests.ops import harness as H
+
+    return H.all_cases()
+
+
+@pytest.mark.parametrize("name,i", _op_cases(), ids=[f"{n}-{i}" for n, i in _op_cases()])
+def test_every_op_sample_in_a_graph_equals_eager(name, i):
+    """Each sample traced into a Job (inputs as module parameters and buffers), the
+    autograd pass, every other pass, the compiler and the runtime: outputs and the
+    gradients of sum(out * cotangent) equal eager's."""
+    from sbpflow.framework.interpreter import apply
+    from sbpflow.graph.compiler import build_runtime
+    from sbpflow.graph.passes import run_passes
+    from sbpflow.ops import registry
+    from tests.ops import harness as H
+
+    opdef = registry.get(name)
+    s = H.op_samples(name)[i]
+    differentiable = s.grad and opdef.grad is not None and not opdef.random
+    ins = H.to_flow(opdef, s, requires_grad=differentiable)
+    flat = list(ins[0]) if opdef.variadic else list(ins)
+    outs = H.as_tuple(apply(opdef, ins, dict(s.attrs)))
+    rng = np.random.default_rng(i)
+    cots = [flow.tensor(rng.standard_normal(tuple(o.shape)), dtype=o.dtype)
+            if o.dtype.is_floating_point and o.requires_grad else None for o in outs]
+    if any(c is not None for c in cots):
+        flow.autograd.backward([o for o, c in zip(outs, cots) if c is not None],
+                               [c for c in cots if c is not None])
+    mod = flow.nn.Module()
+    params = []
+    for k, (a, t) in enumerate(zip(H.flat_inputs(opdef, s), flat)):
+        if t.requires_grad:
+            params.append(flow.nn.Parameter(flow.tensor(a)))
+            mod.register_parameter(f"p{k}", params[-1])
+        else:
+            params.append(flow.tensor(a))
+            mod.register_buffer(f"b{k}", params[-1])
+
+    def build():
+        got = H.as_tuple(apply(opdef, (params,) if opdef.variadic else tuple(params),
+                               dict(s.attrs)))
+        terms = [(o * c).sum() for o, c in zip(got, cots) if c is not None]
+        if terms:
+            loss = terms[0]
+            for t in terms[1:]:
+                loss = loss + t
+            loss.backward()
+        return list(got)
+
+    job = Job("check_graph")
+    trace_build(job, build, (), {}, {"m": mod})
+    autograd.run(job)
+    grads = sorted(job.grads)
+    for k, g in enumerate(grads):
+        job.add_op("output", (job.grads[g],), (), {"index": len(outs) + k})
+    run_passes(job, skip=("autograd", "optimizer"))
+    res = build_runtime(job).run([], {})
+    for k, (o, r) in enumerate(zip(outs, res)):
+        assert tuple(r.shape) == tuple(o.shape) and r.dtype == o.dtype
+        if not opdef.random:
+            rtol, atol = H.tolerance(s, o.dtype.name)
+            H.assert_close(H.host(r), H.host(o.detach()), rtol, atol, f"{name} output {k}")
+    if differentiable:
+        got = dict(zip(grads, res[len(outs):]))
+        for k, t in enumerate(flat):
+            if t.grad is not None:
+                rtol, atol = H.tolerance(s, t.dtype.name)
+                H.assert_close(H.host(got[f"m.p{k}"]), H.host(t.grad), rtol * 10, atol * 10,
+                               f"{name} grad of input {k}")
