@@ -140,6 +140,10 @@ def run(job) -> None:
     by_name = {op.name: op for op in job.ops}
     position = {op.name: k for k, op in enumerate(job.ops)}
     dtypes = {op.name: d for op in job.ops if (d := _step_dtypes(op, job)) is not None}
+    # With allow_fuse_cast_scale off, a cast feeding a scalar multiply stays its own op.
+    no_cast_scale = set() if cast_scale else {
+        op.outputs[0] for op in job.ops if op.op_type == "to_dtype"
+        and any(c.op_type == "mul_scalar" for c in consumers.get(op.outputs[0], ()))}
     grouped: set[str] = set()
     groups = []
     for root in reversed(job.ops):
@@ -147,22 +151,30 @@ def run(job) -> None:
             continue
         shape = job.tensors[root.outputs[0]].shape
         members = {root.name}
-        changed = True
-        while changed:  # to a fixed point: a value read twice joins once both readers are in
-            changed = False
-            for m in [by_name[n] for n in members]:
-                for t in m.inputs:
+        work = [root]
+        waiting: set[str] = set()  # read by members, but also by ops not (yet) in the group
+        while work:
+            m = work.pop()
+            for t in m.inputs:
+                p = job.tensors[t].producer
+                if (p is None or p in members or p in grouped or p not in dtypes
+                        or t in protected or job.tensors[t].shape != shape):
+                    continue
+                if t in no_cast_scale:
+                    continue
+                if all(c.name in members for c in consumers.get(t, ())):
+                    members.add(p)
+                    work.append(by_name[p])
+                    waiting.discard(t)
+                else:
+                    waiting.add(t)
+            if not work:  # a value read twice joins once both readers are in
+                for t in list(waiting):
                     p = job.tensors[t].producer
-                    if (p is None or p in members or p in grouped or p not in dtypes
-                            or t in protected or job.tensors[t].shape != shape):
-                        continue
-                    if not cast_scale and by_name[p].op_type == "to_dtype" and any(
-                            c.op_type == "mul_scalar" and c.name in members
-                            for c in consumers.get(t, ())):
-                        continue
-                    if all(c.name in members for c in consumers.get(t, ())):
+                    if p not in members and all(c.name in members for c in consumers[t]):
                         members.add(p)
-                        changed = True
+                        work.append(by_name[p])
+                        waiting.discard(t)
         head = None
         if add_to_output:
             head = _find_head(job, members, by_name, consumers, protected, grouped, shape)
@@ -260,15 +272,13 @@ def _fused_node(job, members, head, root, dtypes, jit_min) -> OpNode:
                   "fused_elementwise", inputs, root.outputs, attrs, root.scope, root.loc)
 
 
-# -- NumPy evaluation of one step (exactly what the OpDef kernels do) --------------------------
-_NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-              "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal,
-              "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-              "ge": np.greater_equal}
-_NP_UNARY = {"neg": np.negative, "abs": np.abs, "square": np.square,
-             "reciprocal": np.reciprocal, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
-             "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "expm1": np.expm1,
-             "log1p": np.log1p}
+# -- NumPy steps (exactly what the OpDef kernels do, into out= buffers) ----------------------
+_UFUNC = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
+          "maximum": "maximum", "minimum": "minimum", "eq": "equal", "ne": "not_equal",
+          "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
+          "neg": "negative", "abs": "absolute", "square": "square", "reciprocal": "reciprocal",
+          "sqrt": "sqrt", "exp": "exp", "log": "log", "tanh": "tanh", "sin": "sin", "cos": "cos",
+          "expm1": "expm1", "log1p": "log1p"}
 _CPU = Device("cpu").prims
 
 
@@ -279,76 +289,57 @@ def _const(value, d: dt.DType):
     return c
 
 
-class _NpStep:
-    """One step evaluated with NumPy ufuncs writing into a given buffer."""
+def _np_step_lines(kind, prim, attrs, xs, x_dtypes, od, cd, dest, const, tmp) -> list[str]:
+    """Source lines computing one step with NumPy into `dest`.  `const(value, dtype)` names a
+    0-d constant; `tmp()` names a fresh local."""
+    lines = []
 
-    __slots__ = ("kind", "prim", "refs", "od", "cd", "in_dtypes", "attrs", "consts")
+    def cast(x, src, want):
+        if src is want:
+            return x
+        t = tmp()
+        lines.append(f"{t} = {x}.astype(np.{want.name})")
+        return t
 
-    def __init__(self, step, ref_dtypes):
-        op_type, refs, od, cd, attrs = step
-        self.kind, self.prim = _SEM[op_type]
-        self.refs = refs
-        self.od, self.cd = dt._by_name(od), dt._by_name(cd)
-        self.in_dtypes = [ref_dtypes(r) for r in refs]
-        self.attrs = dict(attrs)
-        a = self.attrs
-        self.consts = {}
-        if "other" in a and self.kind in ("scal", "scmp", "where_scalar"):
-            self.consts["other"] = _const(a["other"], self.cd)
-        if self.kind == "clamp":
-            for k in ("min", "max"):
-                if a.get(k) is not None:
-                    self.consts[k] = _const(a[k], self.od)
-        if self.prim == "relu":
-            self.consts["zero"] = _const(0, self.od)
-
-    def _cast(self, x, src: dt.DType, want: dt.DType):
-        return x if src is want else x.astype(want.np)
-
-    def __call__(self, ins, dest):
-        kind, prim, a = self.kind, self.prim, self.attrs
-        cd = self.cd
-        if kind == "where":
-            c, x, y = ins
-            x = self._cast(x, self.in_dtypes[1], cd)
-            y = self._cast(y, self.in_dtypes[2], cd)
-            np.copyto(dest, np.where(c, x, y))
-            return
-        if kind == "where_scalar":
-            c, x = ins
-            x = self._cast(x, self.in_dtypes[1], cd)
-            s = self.consts["other"]
-            np.copyto(dest, np.where(c, s, x) if a.get("reverse") else np.where(c, x, s))
-            return
-        xs = [self._cast(x, d, cd) for x, d in zip(ins, self.in_dtypes, strict=True)]
-        if kind in ("bin", "cmp"):
-            _NP_BINARY[prim](xs[0], xs[1], out=dest)
-        elif kind in ("scal", "scmp"):
-            s = self.consts["other"]
-            if a.get("reverse"):
-                _NP_BINARY[prim](s, xs[0], out=dest)
-            else:
-                _NP_BINARY[prim](xs[0], s, out=dest)
-        elif kind == "cast":
-            np.copyto(dest, ins[0], casting="unsafe")
-        elif kind == "clamp":
-            x = xs[0]
-            if "min" in self.consts:
-                np.maximum(x, self.consts["min"], out=dest)
-                x = dest
-            if "max" in self.consts:
-                np.minimum(x, self.consts["max"], out=dest)
-            elif "min" not in self.consts:
-                np.copyto(dest, x)
-        elif prim == "relu":
-            np.maximum(xs[0], self.consts["zero"], out=dest)
-        elif prim == "rsqrt":
-            np.sqrt(xs[0], out=dest)
-            np.reciprocal(dest, out=dest)
-        elif prim == "sigmoid":
-            np.copyto(dest, _CPU.unary("sigmoid", xs[0]))
-        else:
-            _NP_UNARY[prim](xs[0], out=dest)
+    if kind == "where":
+        c, x, y = xs[0], cast(xs[1], x_dtypes[1], od), cast(xs[2], x_dtypes[2], od)
+        lines.append(f"np.copyto({dest}, np.where({c}, {x}, {y}))")
+        return lines
+    if kind == "where_scalar":
+        c, x, k = xs[0], cast(xs[1], x_dtypes[1], od), const(attrs["other"], od)
+        pair = f"{k}, {x}" if attrs.get("reverse") else f"{x}, {k}"
+        lines.append(f"np.copyto({dest}, np.where({c}, {pair}))")
+        return lines
+    if kind == "cast":
+        lines.append(f"np.copyto({dest}, {xs[0]}, casting='unsafe')")
+        return lines
+    xs = [cast(x, d, cd) for x, d in zip(xs, x_dtypes, strict=True)]
+    if kind in ("bin", "cmp"):
+        lines.append(f"np.{_UFUNC[prim]}({xs[0]}, {xs[1]}, out={dest})")
+    elif kind in ("scal", "scmp"):
+        k = const(attrs["other"], cd)
+        pair = f"{k}, {xs[0]}" if attrs.get("reverse") else f"{xs[0]}, {k}"
+        lines.append(f"np.{_UFUNC[prim]}({pair}, out={dest})")
+    elif kind == "clamp":
+        x = xs[0]
+        lo, hi = attrs.get("min"), attrs.get("max")
+        if lo is not None:
+            lines.append(f"np.maximum({x}, {const(lo, od)}, out={dest})")
+            x = dest
+        if hi is not None:
+            lines.append(f"np.minimum({x}, {const(hi, od)}, out={dest})")
+        if lo is None and hi is None:
+            lines.append(f"np.copyto({dest}, {x})")
+    elif prim == "relu":
+        lines.append(f"np.maximum({xs[0]}, {const(0, od)}, out={dest})")
+    elif prim == "rsqrt":
+        lines.append(f"np.sqrt({xs[0]}, out={dest})")
+        lines.append(f"np.reciprocal({dest}, out={dest})")
+    elif prim == "sigmoid":  # the primitive's own stable formula, then into dest
+        lines.append(f"np.copyto({dest}, UNARY('sigmoid', {xs[0]}))")
+    else:
+        lines.append(f"np.{_UFUNC[prim]}({xs[0]}, out={dest})")
+    return lines
 
 
 # -- numba code generation --------------------------------------------------------------------
@@ -530,17 +521,11 @@ def _numba_available() -> bool:
 
 
 # -- the kernel --------------------------------------------------------------------------------
-class _JitStage:
-    __slots__ = ("source", "in_refs", "out_refs", "fn")
-
-    def __init__(self, source, in_refs, out_refs):
-        self.source, self.in_refs, self.out_refs = source, in_refs, out_refs
-        self.fn = None
-
-
-def _plan(attrs):
-    """Stages of the kernel: ("np", j, step) or ("jit", _JitStage); and the values that live
-    in buffers between stages."""
+def _driver_source(attrs):
+    """Python source of `driver(shape, a0.., out)`: generated loop kernels (F0, F1, ..) for
+    runs of arithmetic steps and NumPy calls for the rest, in one straight line; values that
+    cross from one to the next live in buffers, reused once dead.  Returns (source, globals,
+    jit sources)."""
     steps = attrs["steps"]
     in_dtypes = [dt._by_name(n) for n in attrs["in_dtypes"]]
     in_shapes = attrs["in_shapes"]
@@ -550,63 +535,140 @@ def _plan(attrs):
 
     use_jit = attrs["jit"] and _numba_available()
     rank = len(np.broadcast_shapes(*in_shapes)) if in_shapes else 0
-    final = ("v", len(steps) - 1)
+    n = len(steps)
+    final = ("v", n - 1)
     groups: list = []  # ("np", j) or ("jit", [j, ...])
-    for j, (op_type, *_rest) in enumerate(steps):
-        if use_jit and _SEM[op_type][0] != "np":
+    for j, step in enumerate(steps):
+        if use_jit and _SEM[step[0]][0] != "np":
             if groups and groups[-1][0] == "jit":
                 groups[-1][1].append(j)
             else:
                 groups.append(("jit", [j]))
         else:
             groups.append(("np", j))
-    # Which values cross a stage boundary (or are the result) and so need a buffer.
     stage_of = {}
-    for s, grp in enumerate(groups):
+    for s_, grp in enumerate(groups):
         for j in (grp[1] if grp[0] == "jit" else [grp[1]]):
-            stage_of[j] = s
+            stage_of[j] = s_
     crossing = {final}
+    last_stage: dict = {}
     for j, step in enumerate(steps):
         for r in step[1]:
             if r[0] == "v" and stage_of[r[1]] != stage_of[j]:
                 crossing.add(r)
-    stages = []
-    for s, grp in enumerate(groups):
+                last_stage[r] = stage_of[j]
+
+    env = {"np": np, "empty": np.empty, "UNARY": _CPU.unary}
+    consts: dict = {}
+
+    def const(value, d):
+        c = _const(value, d)
+        key = (d.name, c.tobytes())
+        if key not in consts:
+            consts[key] = f"K{len(consts)}"
+            env[consts[key]] = c
+        return consts[key]
+
+    counter = iter(range(1 << 30))
+
+    def tmp():
+        return f"t{next(counter)}"
+
+    names = {("x", k): f"a{k}" for k in range(len(in_dtypes))}
+    names[final] = "out"
+    free: dict[str, list[str]] = {}  # dtype name -> buffers whose values are dead
+    n_buf = 0
+    body = []
+    jit_sources = []
+
+    def buffer(r):
+        nonlocal n_buf
+        d = ref_dtype(r).name
+        if free.get(d):
+            names[r] = free[d].pop()
+            return
+        names[r] = f"b{n_buf}"
+        n_buf += 1
+        env[f"D_{d}"] = ref_dtype(r).np
+        body.append(f"{names[r]} = empty(shape, D_{d})")
+
+    def release(s_):
+        for r, last in last_stage.items():
+            if last == s_ and r != final:
+                free.setdefault(ref_dtype(r).name, []).append(names[r])
+
+    for s_, grp in enumerate(groups):
         if grp[0] == "np":
             j = grp[1]
-            stages.append(("np", j, _NpStep(steps[j], ref_dtype)))
+            op_type, refs, od, cd, st_attrs = steps[j]
+            kind, prim = _SEM[op_type]
+            xs = [names[r] for r in refs]
+            release(s_)  # an operand's buffer may be the destination (same shape, in place)
+            if ("v", j) != final:
+                buffer(("v", j))
+            body += _np_step_lines(kind, prim, dict(st_attrs), xs, [ref_dtype(r) for r in refs],
+                                   dt._by_name(od), dt._by_name(cd), names[("v", j)], const, tmp)
             continue
         js = grp[1]
         in_refs = []
         for j in js:
             for r in steps[j][1]:
-                if (r[0] == "x" or stage_of[r[1]] != s) and r not in in_refs:
+                if (r[0] == "x" or stage_of[r[1]] != s_) and r not in in_refs:
                     in_refs.append(r)
         out_refs = [("v", j) for j in js if ("v", j) in crossing]
-        shapes = [in_shapes[r[1]] if r[0] == "x" else None for r in in_refs]
         # A buffer between stages has the output's shape: index it like the output.
-        shapes = [sh if sh is not None else (2,) * rank for sh in shapes]
+        shapes = [in_shapes[r[1]] if r[0] == "x" else (2,) * rank for r in in_refs]
         src = _generate([(j, steps[j]) for j in js], in_refs, shapes, out_refs, rank, ref_dtype)
-        stages.append(("jit", _JitStage(src, in_refs, out_refs)))
-    return stages, crossing, ref_dtype, final
+        fname = f"F{len(jit_sources)}"
+        jit_sources.append(src)
+        env[fname] = _stub(env, fname, src)
+        ins = [names[r] for r in in_refs]
+        release(s_)
+        for r in out_refs:
+            if r != final:
+                buffer(r)
+        body.append(f"{fname}({', '.join(ins + [names[r] for r in out_refs])})")
+    args = ", ".join(["shape"] + [f"a{k}" for k in range(len(in_dtypes))] + ["out"])
+    source = f"def driver({args}):\n" + "".join(f"    {line}\n" for line in body)
+    return source, env, jit_sources
+
+
+def _stub(env, name, src):
+    """Compiles (or loads) the generated loop kernel on its first call, then puts the jitted
+    function itself where the driver finds it."""
+
+    def first_call(*arrays):
+        fn = _load(src)
+        env[name] = fn
+        return fn(*arrays)
+
+    return first_call
 
 
 def resolve(node, job=None):
-    """KERNEL_RESOLVERS entry: the kernel of a `fused_elementwise` node."""
+    """KERNEL_RESOLVERS entry: the kernel of a `fused_elementwise` node,
+    kernel(ctx, *arrays, out=None, **attrs)."""
     attrs = node.attrs
-    stages, crossing, ref_dtype, final = _plan(attrs)
+    source, env, jit_sources = _driver_source(attrs)
+    exec(compile(source, f"<fused_elementwise {node.name}>", "exec"), env)  # noqa: S102
+    driver = env["driver"]
+    out_np = dt._by_name(attrs["steps"][-1][2]).np
     head = attrs["head"]
-    if head is not None:
+    if head is None:
+        def kernel(ctx, *arrays, out=None, **_attrs):
+            shape = ctx.out_metas[0].shape
+            if out is None:
+                out = np.empty(shape, out_np)
+            driver(shape, *arrays, out)
+            return out
+    else:
         h_type, n_head, h_attrs, h_dtype = head
         h_kernel = registry.get(h_type).kernel
         h_attrs = dict(h_attrs)
         h_dtype = dt._by_name(h_dtype)
-    out_np = dt._by_name(attrs["steps"][-1][2]).np
-    buffers = [r for r in crossing if r != final]
 
-    def kernel(ctx, *arrays, out=None, **_attrs):
-        shape = ctx.out_metas[0].shape
-        if head is not None:
+        def kernel(ctx, *arrays, out=None, **_attrs):
+            shape = ctx.out_metas[0].shape
             hctx = KernelContext(ctx.prims, h_type, ctx.in_metas[:n_head],
                                  (TensorMeta(shape, h_dtype),))
             r = h_kernel(hctx, *arrays[:n_head], **h_attrs)
@@ -617,32 +679,14 @@ def resolve(node, job=None):
                     and r.shape == shape and r.flags.c_contiguous and r.flags.writeable
                     and not any(np.may_share_memory(r, a) for a in arrays[1:])):
                 out = r
-        if out is None:
-            out = np.empty(shape, out_np)
-        vals = {final: out}
-        for r in buffers:
-            vals[r] = np.empty(shape, ref_dtype(r).np)
-
-        def get(r):
-            return arrays[r[1]] if r[0] == "x" else vals[r]
-
-        for st in stages:
-            if st[0] == "np":
-                _, j, step = st
-                ref = ("v", j)
-                dest = vals.get(ref)
-                if dest is None:
-                    dest = vals[ref] = np.empty(shape, ref_dtype(ref).np)
-                step([get(r) for r in step.refs], dest)
-            else:
-                js = st[1]
-                if js.fn is None:
-                    js.fn = _load(js.source)
-                js.fn(*[get(r) for r in js.in_refs], *[vals[r] for r in js.out_refs])
-        return out
+            elif out is None:
+                out = np.empty(shape, out_np)
+            driver(shape, *arrays, out)
+            return out
 
     kernel.accepts_out = True
-    kernel.sources = [st[1].source for st in stages if st[0] == "jit"]
+    kernel.source = source
+    kernel.sources = jit_sources
     return kernel
 
 
