@@ -282,6 +282,10 @@ class Trace:
                 for n, m in zip(out_names, out_metas)]
         if opdef.view:
             src = tensors[0]
+            # The eager layout (strides, offset) of the view: contiguous() and reshape decide
+            # between a view and a copy by it, as they do in eager mode.
+            outs[0]._strides, outs[0]._offset = interpreter._view_layout(
+                opdef, src, out_metas[0], attrs)
             view = src.__dict__.get("_lazy_view")
             base = src if view is None else view[0]
             outs[0].__dict__["_lazy_view"] = (base, self._version(base))
@@ -303,6 +307,7 @@ class Trace:
                     "out of place (e.g. torch.where or torch.cat) and assign it to the base")
             d["_lazy"] = value_name
             d["_lazy_rg"] = self._rg(value)
+            t._strides, t._offset = value._strides, value._offset
             d["_lazy_version"] = d.get("_lazy_version", 0) + 1
             return t
         if t._base is not None:

@@ -386,3 +386,45 @@ def test_unsupported_optimizer_is_rejected():
 
     with pytest.raises(NotImplementedError, match="RMSprop"):
         G2().add_optimizer(flow.optim.RMSprop(m.parameters()))
+
+
+def test_gpt_trains_like_eager_with_adamw_clipping_and_cosine_schedule():
+    from sbpflow.examples.gpt import VOCAB, TinyGPT, make_batch
+
+    def make():
+        flow.manual_seed(0)
+        return TinyGPT(block=15, d_model=32, n_head=4, n_layer=2)
+
+    rng = np.random.default_rng(0)
+    batches = [tuple(flow.tensor(a) for a in make_batch(rng, 8, 7)) for _ in range(4)]
+    m1 = make()
+    o1 = flow.optim.AdamW(m1.parameters(), lr=1e-3, weight_decay=0.01)
+    s1 = flow.optim.lr_scheduler.CosineAnnealingLR(o1, T_max=4)
+    eager = []
+    for x, y in batches:
+        loss = F.cross_entropy(m1(x).reshape(-1, VOCAB), y.reshape(-1))
+        o1.zero_grad()
+        loss.backward()
+        flow.nn.utils.clip_grad_norm_(m1.parameters(), 1.0)
+        o1.step()
+        s1.step()
+        eager.append(loss.item())
+    m2 = make()
+    o2 = flow.optim.AdamW([{"params": list(m2.parameters()), "clip_grad_max_norm": 1.0}],
+                          lr=1e-3, weight_decay=0.01)
+
+    class GPTGraph(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = m2
+            self.add_optimizer(o2, lr_sch=flow.optim.lr_scheduler.CosineAnnealingLR(o2, 4))
+
+        def build(self, x, y):
+            loss = F.cross_entropy(self.model(x).reshape(-1, VOCAB), y.reshape(-1))
+            loss.backward()
+            return loss
+
+    g = GPTGraph()
+    graph = [g(x, y).item() for x, y in batches]
+    np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-6)
+    _assert_same(_params(m2), _params(m1), rtol=1e-4, atol=1e-5)

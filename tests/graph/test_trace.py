@@ -241,3 +241,21 @@ def test_global_tensor_input_keeps_its_placement_and_sbp():
     (inp,) = job.inputs()
     t = job.tensors[inp.outputs[0]]
     assert t.sbp == (flow.sbp.split(0),) and t.placement == p
+
+
+def test_views_carry_eager_strides():
+    # contiguous() and reshape decide between a view and a copy by the strides.
+    seen = {}
+
+    def build(x):
+        t = x.transpose(0, 1)
+        seen["contiguous"] = t.is_contiguous()
+        return t.contiguous().view(6), t.reshape(6)
+
+    job, _ = _trace(build, flow.ones(2, 3))
+    assert seen["contiguous"] is False
+    assert any(o.op_type == "clone" for o in job.ops)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (a, b), _ = run_job(job, [x])
+    np.testing.assert_array_equal(a, x.T.reshape(6))
+    np.testing.assert_array_equal(b, x.T.reshape(6))
