@@ -453,3 +453,29 @@ def test_digits_cnn_with_dropout_trains_like_eager():
     graph = [g(x, y).item() for x, y in data]
     np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-6)
     _assert_same(_params(m2), _params(m1), rtol=1e-4, atol=1e-5)
+
+
+def test_optimizer_state_replaced_in_eager_is_synced_into_the_graph():
+    xs, ys = _data(steps=5)
+    m1 = _mlp()
+    o1 = OPTS["adam"](m1.parameters())
+    eager = [_eager_step(m1, o1, x, y) for x, y in zip(xs, ys)]
+    m2 = _mlp()
+    o2 = OPTS["adam"](m2.parameters())
+    g = TrainGraph(m2, o2)
+    mixed = [g(x, y).item() for x, y in zip(xs[:2], ys[:2])]
+    # load_state_dict replaces every state tensor: the graph must read the new ones
+    o2.load_state_dict(o2.state_dict())
+    mixed += [g(x, y).item() for x, y in zip(xs[2:], ys[2:])]
+    np.testing.assert_allclose(mixed, eager, rtol=1e-5, atol=1e-6)
+    _assert_same(_params(m2), _params(m1))
+
+
+def test_failed_build_leaves_eager_mode_working():
+    class Bad(flow.nn.Graph):
+        def build(self, x):
+            return x.sum().item()
+
+    with pytest.raises(LazyTensorError):
+        Bad()(flow.ones(2))
+    assert (flow.ones(2) + 1).numpy().tolist() == [2.0, 2.0]  # eager again, no trace left
