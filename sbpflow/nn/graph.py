@@ -14,6 +14,7 @@ and eager mode at any step and give the same result as one mode only.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import time
@@ -204,7 +205,8 @@ class Graph:
         d["_proxies"] = {}
         d["config"] = GraphConfig()
         d["_optimizers"] = []  # [(optimizer, lr_scheduler or None)]
-        d["_cache"] = {}
+        d["_cache"] = OrderedDict()  # input signature -> _Compiled, least recently used first
+        d["_cache_size"] = None  # None: keep every plan; with_dynamic_input_shape(size=n): LRU
         d["_last"] = None
         d["_debug"] = -1
         d["_train_step"] = 0
@@ -264,15 +266,39 @@ class Graph:
         leaves: list = []
         spec = flatten((args, kwargs), leaves)
         key = self._signature(spec, leaves)
-        compiled = self._cache.get(key)
+        cache = self._cache
+        compiled = cache.get(key)
         if compiled is None:
             compiled = self._compile(args, kwargs)
-            self._cache[key] = compiled
+            cache[key] = compiled
+            size = self._cache_size
+            if size is not None and len(cache) > size:
+                cache.popitem(last=False)
+        elif self._cache_size is not None:
+            cache.move_to_end(key)
         self.__dict__["_last"] = compiled
         feeds = self._before_run(compiled)
         outs = compiled.runner.run(leaves, feeds)
         self._after_run(compiled)
         return unflatten(compiled.out_spec, list(outs))
+
+    @staticmethod
+    def with_dynamic_input_shape(*, size: int = 10, enable_shared: bool = True):
+        """OneFlow's decorator of a graph's `__init__`: keep at most `size` compiled plans
+        (least recently used dropped).  sbpflow recompiles per input signature anyway; this
+        only bounds the cache.  (`enable_shared` is accepted: plans share the variables.)"""
+        if size < 1:
+            raise ValueError(f"with_dynamic_input_shape: size must be >= 1, got {size}")
+
+        def deco(init):
+            @functools.wraps(init)
+            def wrapped(self, *args, **kwargs):
+                init(self, *args, **kwargs)
+                self.__dict__["_cache_size"] = int(size)
+
+            return wrapped
+
+        return deco
 
     # -- compiling -----------------------------------------------------------------------------
     def _signature(self, spec, leaves) -> tuple:

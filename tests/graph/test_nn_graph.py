@@ -479,3 +479,23 @@ def test_failed_build_leaves_eager_mode_working():
     with pytest.raises(LazyTensorError):
         Bad()(flow.ones(2))
     assert (flow.ones(2) + 1).numpy().tolist() == [2.0, 2.0]  # eager again, no trace left
+
+
+def test_with_dynamic_input_shape_bounds_the_plan_cache():
+    lin = flow.nn.Linear(3, 2)
+
+    class Dyn(flow.nn.Graph):
+        @flow.nn.Graph.with_dynamic_input_shape(size=2)
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def build(self, x):
+            return self.lin(x)
+
+    g = Dyn()
+    for n in (1, 2, 1, 3, 1):
+        x = flow.randn(n, 3)
+        np.testing.assert_allclose(g(x).numpy(), lin(x).detach().numpy(), rtol=1e-6)
+    assert len(g._cache) == 2  # 1 was used last, so 2 was dropped when 3 came
+    assert [k[1][0].shape[0] for k in g._cache] == [3, 1]
