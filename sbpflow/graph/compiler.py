@@ -54,7 +54,7 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
     roots: dict[str, str] = {t: "input" for t in inputs}
     views: set[str] = set()
     chain: list[OpDesc] = []
-    assigns: list[tuple[str, str]] = []
+    assigns: list[tuple[str, str, int]] = []
     random_ops: list[str] = []
     for op in job.ops:
         kind = op.op_type
@@ -65,7 +65,7 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
             if target not in variables:
                 raise ValueError(f"Job {job.name}: assign {op.name} at {op.where()} writes "
                                  f"{target!r}, which is not a variable op's tensor")
-            assigns.append((variables[target], value))
+            assigns.append((variables[target], value, len(chain)))
             continue
         if kind == "variable":
             var = op.attrs["var"]

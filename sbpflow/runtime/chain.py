@@ -3,17 +3,17 @@
 One `def` per task, built with `exec` once when the runtime links the plan.  It calls the
 kernels directly on arrays, with the KernelContexts and bound attrs prebuilt (names in the
 function's globals), makes non-view outputs C-contiguous as the eager VM does (so results are
-bitwise equal to eager), drops each array after its last use, and writes the variables'
-assigns at the end, after every reader of the old values.  No Tensor, VM instruction or
-autograd object is made per op.
+bitwise equal to eager), drops each array after its last use, and writes each variable's
+assign where the Job placed it, or after the last reader of the old value if one comes
+later.  No Tensor, VM instruction or autograd object is made per op.
 
     def chain(ins, feeds, rng):
-        x0, = ins
-        v1 = V_0._blob.array                     # variable fc.weight
-        v2 = ec(K_2(C_2, x0, v1))                # matmul  (fc-matmul-2)
-        del x0
+        v0, = ins
+        v1 = V_0._blob.array  # variable 'fc.weight'
+        v2 = ec(F_1(C_1, v0, v1))  # matmul (fc-matmul-2)
+        del v0
         ...
-        copy(V_0._blob.array, v9)                # assign fc.weight
+        copy(A0._blob.array, v9)  # assign 'fc.weight'
         return (v7,)
 
 An error in a kernel is mapped back to its op through the generated line number
@@ -108,7 +108,27 @@ class Chain:
                 v = local[t] = f"v{len(local)}"
             return v
 
-        # Last use of each tensor, by op position; results and assign values live to the end.
+        # Which variable's memory each tensor may alias (a variable op's tensor, views of it).
+        root_var: dict[str, str] = {}
+        for op in task.ops:
+            if op.op_type == "variable":
+                root_var[op.outputs[0]] = op.attrs["var"]
+            elif op.op_type not in STRUCTURAL and linked[op.name].view and op.inputs:
+                var = root_var.get(op.inputs[0])
+                if var is not None:
+                    root_var[op.outputs[0]] = var
+        # The last op that reads each variable's old value (directly or through a view).
+        old_read: dict[str, int] = {}
+        for i, op in enumerate(task.ops):
+            if op.op_type == "variable":  # binds the array: it reads too
+                old_read[op.attrs["var"]] = i
+            for t in op.inputs:
+                var = root_var.get(t)
+                if var is not None:
+                    old_read[var] = i
+
+        # Last use of each tensor, by op position (-1: before the first op); results live to
+        # the end.
         end = len(task.ops)
         last: dict[str, int] = {}
         for i, op in enumerate(task.ops):
@@ -118,18 +138,44 @@ class Chain:
                 last.setdefault(t, i)
         for t in task.results:
             last[t] = end
-        for _, t in task.assigns:
-            last[t] = end
         ins_names = [t for rid in task.consumed for t in plan.registers[rid].blobs]
         for t in ins_names:
             last.setdefault(t, -1)
 
+        # Assigns.  The Job places an assign where the step wrote the variable; memory
+        # planning may reuse the value's buffer right after that point, and ops after it may
+        # still read the variable's old value.  So the write happens at the assign's place when
+        # every reader of the old value is done by then; otherwise the value is snapshotted
+        # there and written after the last reader.
+        after: dict[int, list] = {}  # op position -> lines (with their sites) to emit after it
+        for j, (var, value, pos) in enumerate(task.assigns):
+            env[f"A{j}"] = variables[var]
+            site = _AssignSite(var, value)
+            at = min(pos, end) - 1  # after the last chain op that precedes the assign op
+            last[value] = max(last.get(value, -1), at)
+            reader = old_read.get(var, -1)
+            if reader <= at:
+                after.setdefault(at, []).append(
+                    (f"copy(A{j}._blob.array, {name_of(value)})  # assign {var!r}", site))
+            else:
+                after.setdefault(at, []).append((f"s{j} = cp({name_of(value)})", site))
+                after.setdefault(reader, []).append(
+                    (f"copy(A{j}._blob.array, s{j})  # assign {var!r}", site))
+                after[reader].append((f"del s{j}", None))
+        # Results that alias a variable are snapshotted where they are made (an assign may
+        # overwrite the variable later in the step); results that alias an input register
+        # slot (which the copy task refills) are copied at the end.
+        var_results = {t for t in task.results if plan.tensors[t].root == "variable"}
+        in_results = [t for t in dict.fromkeys(task.results)
+                      if plan.tensors[t].root == "input"]
+
         body: list[tuple[str, object]] = []  # (line, op or None)
         if ins_names:
             body.append((f"{', '.join(name_of(t) for t in ins_names)}, = ins", None))
-            dead = [name_of(t) for t in ins_names if last[t] == -1]
-            if dead:
-                body.append((f"del {', '.join(dead)}", None))
+        body.extend(after.get(-1, ()))
+        dead = [name_of(t) for t in ins_names if last[t] == -1]
+        if dead:
+            body.append((f"del {', '.join(dead)}", None))
         for i, op in enumerate(task.ops):
             outs = [name_of(t) for t in op.outputs]
             k = f"_{i}"
@@ -179,20 +225,18 @@ class Chain:
                                  op))
                     for o in outs:
                         body.append((f"{o} = ec({o})", op))
+            for t in op.outputs:
+                if t in var_results:
+                    body.append((f"{name_of(t)} = cp({name_of(t)})  # a snapshot", None))
+                    self.copied.add(t)
+            body.extend(after.get(i, ()))
             dead = [t for t in dict.fromkeys(list(op.inputs) + list(op.outputs))
                     if last.get(t) == i]
             if dead:
                 body.append((f"del {', '.join(name_of(t) for t in dead)}", None))
-        # Results that alias memory someone else rewrites (an input register slot the copy
-        # task refills, a variable the assigns below overwrite) leave as copies.
-        for t in dict.fromkeys(task.results):
-            if plan.tensors[t].root in ("input", "variable"):
-                body.append((f"{name_of(t)} = cp({name_of(t)})", None))
-                self.copied.add(t)
-        for j, (var, value) in enumerate(task.assigns):
-            env[f"A{j}"] = variables[var]
-            op = _AssignSite(var, value)
-            body.append((f"copy(A{j}._blob.array, {name_of(value)})  # assign {var!r}", op))
+        for t in in_results:
+            body.append((f"{name_of(t)} = cp({name_of(t)})", None))
+            self.copied.add(t)
         ret = ", ".join(name_of(t) for t in task.results)
         body.append((f"return ({ret}{',' if len(task.results) == 1 else ''})", None))
 

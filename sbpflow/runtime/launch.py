@@ -25,7 +25,7 @@ class GraphCall:
         self.rt = rt
         self.name = f"graph {plan.name}"
         used = list(dict.fromkeys(plan.variables.values()))
-        assigned = {var for t in plan.tasks for var, _ in t.assigns}
+        assigned = {a[0] for t in plan.tasks for a in t.assigns}
         self.var_blobs = [rt.variables[v]._blob for v in used]
         self.var_reads = [rt.variables[v]._storage for v in used if v not in assigned]
         # Storages the step writes in place: ordered after every earlier reader and writer.

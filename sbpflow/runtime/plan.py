@@ -108,8 +108,10 @@ class TaskDesc:
     ops: list[OpDesc] = dataclasses.field(default_factory=list)  # compute: the chain
     # compute: what the chain returns, in order (tensors other tasks read, the outputs)
     results: tuple[str, ...] = ()
-    # compute: (variable name, value tensor) written at the end of the chain
-    assigns: tuple[tuple[str, str], ...] = ()
+    # compute: (variable name, value tensor, position): the value is written into the
+    # variable where the Job placed the assign (after the chain's first `position` ops), or,
+    # when ops after that point still read the variable's old value, after the last of them
+    assigns: tuple[tuple[str, str, int], ...] = ()
     # compute: bytes of the memory block its planned tensors live in
     mem_bytes: int = 0
 
@@ -160,8 +162,8 @@ class Plan:
                 lhs = f"{outs_} = " if outs_ else ""
                 lines.append(f"    {lhs}{op.op_type}({', '.join(op.inputs)}"
                              f"{'; ' + attrs if attrs else ''})  # {op.name}")
-            for var, value in t.assigns:
-                lines.append(f"    assign {var} <- {value}")
+            for var, value, pos in t.assigns:
+                lines.append(f"    assign {var} <- {value} (after op {pos})")
         for r in self.registers:
             cons = ", ".join(names[c] for c in r.consumers) or "-"
             blobs = f" holds {', '.join(r.blobs)}" if r.blobs else ""

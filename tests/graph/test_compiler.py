@@ -19,7 +19,7 @@ def test_plan_structure():
     compute = plan.task("compute")
     assert [op.op_type for op in compute.ops] == ["variable", "matmul", "relu", "feed", "mul",
                                                   "sub"]
-    assert compute.assigns == (("fc.weight", compute.ops[-1].outputs[0]),)
+    assert compute.assigns == (("fc.weight", compute.ops[-1].outputs[0], len(compute.ops)),)
     copy_in = plan.register(plan.task("copy_in").produced[0])
     assert copy_in.register_num == 2 and copy_in.by_ref and copy_in.nbytes == 0
     copied = compile_job(jb.job, copy_inputs=True).register(copy_in.id)

@@ -388,3 +388,61 @@ def test_none_variable_tensor_is_a_link_error():
     plan = compile_job(jb.job)
     with pytest.raises(ValueError, match="fc.weight"):
         Runtime(plan, {"fc.weight": None})
+
+
+# -- where assigns happen ------------------------------------------------------------------------
+def _reusing_kernel():
+    """A resolver kernel that writes into its planned buffer (as fused kernels do)."""
+
+    def kernel(ctx, a, *, k, out=None):
+        return np.multiply(a, np.float32(k), out=out)
+
+    kernel.accepts_out = True
+    return kernel
+
+
+@pytest.mark.parametrize("old_read_late", [False, True])
+def test_assign_survives_buffer_reuse_after_its_place(old_read_late):
+    """Memory planning ends an assign value's lifetime at the assign op; a later op may reuse
+    its buffer.  The variable still gets the value, and later readers of the variable's old
+    value still see the old value."""
+    ir.KERNEL_RESOLVERS["test_times"] = lambda node, job: _reusing_kernel()
+    try:
+        jb = JobBuilder("bn_like")
+        x = jb.input((4,))
+        rm, RM = jb.variable("running_mean", np.full(4, 10, np.float32))
+        new = jb.tensor((4,))
+        jb.job.add_op("test_times", [x], [new], {"k": 100.0})  # the new statistic, at offset 0
+        jb.assign(rm, new)
+        other = jb.tensor((4,))
+        jb.job.add_op("test_times", [x], [other], {"k": 3.0})  # reuses offset 0 after the assign
+        late = jb.op("add", rm, other) if old_read_late else jb.op("add", other, other)
+        jb.output(late)
+        jb.job.tensors[new].mem = (0, 16)
+        jb.job.tensors[other].mem = (0, 16)
+        rt = build_runtime(jb.job)
+        a = np.arange(4, dtype=np.float32)
+        (out,) = rt.run([flow.tensor(a)])
+        np.testing.assert_array_equal(RM.numpy(), a * 100)
+        expect = 10 + a * 3 if old_read_late else a * 6
+        np.testing.assert_array_equal(out.numpy(), expect)
+        src = rt.chains["compute"].source
+        assert ("s0 = cp(" in src) == old_read_late  # a snapshot only when needed
+    finally:
+        del ir.KERNEL_RESOLVERS["test_times"]
+
+
+def test_variable_output_is_the_old_value_even_when_assigned_early():
+    jb = JobBuilder("varout")
+    x = jb.input((3,))
+    v, V = jb.variable("v", np.ones(3, np.float32))
+    t = jb.op("transpose", jb.op("unsqueeze", v, dim=0), dim0=0, dim1=1)
+    jb.assign(v, jb.op("add", v, x))
+    jb.output(v)
+    jb.output(t)
+    rt = build_runtime(jb.job)
+    a = np.full(3, 5, np.float32)
+    old, old_t = rt.run([flow.tensor(a)])
+    np.testing.assert_array_equal(old.numpy(), np.ones(3, np.float32))
+    np.testing.assert_array_equal(old_t.numpy(), np.ones((3, 1), np.float32))
+    np.testing.assert_array_equal(V.numpy(), np.full(3, 6, np.float32))
