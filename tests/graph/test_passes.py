@@ -518,6 +518,24 @@ def test_memory_plan_reuses_buffers_on_a_chain():
     assert job.stats["mem_block_bytes"] == 2 * 1024
 
 
+def test_memory_plan_keeps_assigned_values_to_the_end():
+    b = Builder()
+    x = b.input((64,))
+    w = b.variable("w", (64,))
+    new_w = b.op("add", w, x)
+    b.assign(w, new_w)  # mid-step, as BatchNorm's running statistics
+    v = x
+    for _ in range(4):
+        v = b.op("exp", v)
+    b.output(v)
+    memory_plan.run(b.job)
+    _check_plan(b.job)
+    o, n = b.job.tensors[new_w].mem
+    for t in b.job.tensors.values():
+        if t.mem is not None and t.name != new_w and t.producer != b.job.ops[0].name:
+            assert t.mem[0] + t.mem[1] <= o or o + n <= t.mem[0]
+
+
 def test_memory_plan_views_extend_their_base():
     b = Builder()
     x = b.input((4, 8))

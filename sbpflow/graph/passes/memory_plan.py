@@ -2,8 +2,9 @@
 
 Walking the final op order, each tensor that needs memory of its own gets a lifetime interval
 [index of its producer, index of its last reader] (both ends inclusive: a kernel reads its
-inputs while it writes its outputs).  Graph outputs, the loss and gradients the caller may read
-live to the end.  Not planned (`mem` stays None): variables (they share the eager tensors'
+inputs while it writes its outputs).  Graph outputs, the loss and gradients the caller may read,
+and the values that assigns write (the runtime may apply an assign late) live to the end.
+Not planned (`mem` stays None): variables (they share the eager tensors'
 memory), constants (they hold their own arrays), and outputs of view ops (they alias their
 input, whose lifetime is stretched to the view's last use instead; views of views follow the
 chain to the root).
@@ -75,6 +76,9 @@ def run(job) -> None:
             start[o] = k
             last[o] = k
     forever = {op.inputs[0] for op in job.ops if op.op_type == "output" and op.inputs}
+    # The value an assign writes lives to the end too: the runtime may apply an assign after
+    # later ops (e.g. after the last reader of the variable's old value).
+    forever |= {op.inputs[1] for op in job.ops if op.op_type == "assign" and len(op.inputs) > 1}
     forever |= set(job.loss) | set(job.grads.values())
     for t in forever:
         root = alias.get(t, t)
