@@ -122,22 +122,21 @@ class OpNode(Node):
         self._name = name = _camel(opdef.name) + "Backward0"
         # Only what the grad rule reads (OpDef.saves) stays alive; the rest is None, so a
         # chain like `h = h + 1` keeps no intermediate storage (as torch's AddBackward).
-        keep = opdef.saved_input_indices(len(inputs))
+        self.needs_input_grad = needs = tuple(e is not None for e in next_functions)
         saved_in = [None] * len(inputs)
-        for i in keep:
+        for i in opdef.saved_for("input", len(inputs), needs):
             saved_in[i] = SavedTensor(inputs[i], name)
         self.saved_inputs = saved_in
         # Outputs are saved as bare storage; `make_output` rebuilds a tensor whose grad_fn is
         # this node, so saving them makes no reference cycle.
         saved_out = [None] * len(outputs)
-        for i in opdef.saved_output_indices(len(outputs)):
+        for i in opdef.saved_for("output", len(outputs), needs):
             o = outputs[i]
             saved_out[i] = (o._data_ref(), o._version)
         self.saved_outputs = saved_out
         self._make_output = make_output
         self.in_metas = in_metas
         self.out_metas = out_metas
-        self.needs_input_grad = tuple(e is not None for e in next_functions)
 
     def name(self) -> str:
         return self._name
@@ -177,6 +176,7 @@ class GradContext:
         entry = saved[i]
         if entry is None:
             _check_declared(node, "input", i, len(saved))
+            raise AssertionError(f"internal error: input {i} of {node.opdef.name!r} not saved")
         return entry.unpack()
 
     @property
@@ -192,6 +192,7 @@ class GradContext:
         entry = saved[i]
         if entry is None:
             _check_declared(node, "output", i, len(saved))
+            raise AssertionError(f"internal error: output {i} of {node.opdef.name!r} not saved")
         ref, version = entry
         t = node._make_output(ref, node.out_metas[i], node, i)
         if t._version != version:
@@ -222,10 +223,17 @@ def _check_declared(node: OpNode, kind: str, i: int, n: int) -> None:
     keep = opdef.saved_input_indices(n) if kind == "input" else opdef.saved_output_indices(n)
     if not -n <= i < n:
         raise IndexError(f"grad rule of {opdef.name!r} read {kind} {i} of {n}")
-    if i % n not in keep:
+    i %= n
+    if i not in keep:
         raise AssertionError(
             f"internal error: grad rule of {opdef.name!r} read {kind} {i}, which its OpDef "
             f"does not save (saves={opdef.saves!r})")
+    users = opdef.saved_when(kind, i)
+    if users is not None and not any(node.needs_input_grad[u] for u in users):
+        raise AssertionError(
+            f"internal error: grad rule of {opdef.name!r} read {kind} {i}, which its OpDef "
+            f"saves only for the gradients of inputs {users} (saves={opdef.saves!r}); this "
+            f"call needs {node.needs_input_grad}")
 
 
 def _camel(name: str) -> str:

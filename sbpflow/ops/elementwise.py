@@ -521,20 +521,23 @@ def _register_binary(name, *, grad=None, saves=None, partial=(), samples=_binary
 
 
 _BOTH = ("input", "other")
+_CROSS = ("input for other", "other for input")  # each operand only for the other's grad
+_FOR_OTHER = ("input for other", "other for other")
 # (P,P)->P: sum of sums; (P,P)->P for sub: linear jointly.
 _register_binary("add", grad=_add_grad, saves=(), partial=[("P", "P")])
 _register_binary("sub", grad=_sub_grad, saves=(), partial=[("P", "P")])
 # (P,B)->P and (B,P)->P: linear in each operand separately, never (P,P).
-_register_binary("mul", grad=_mul_grad, saves=_BOTH, partial=[("P", "B"), ("B", "P")])
+_register_binary("mul", grad=_mul_grad, saves=_CROSS, partial=[("P", "B"), ("B", "P")])
 # floor_divide, remainder, fmod, pow, maximum, minimum, atan2: no P rule, not linear.
 # torch has no derivative for floor_divide: its samples check the forward only.
 _register_binary("floor_divide", grad=_zero_grads, saves=(),
                  samples=lambda rng: _divisor_samples(rng, grad=False))
-_register_binary("remainder", grad=_rounded_quotient_grad("floor"), saves=_BOTH,
+_register_binary("remainder", grad=_rounded_quotient_grad("floor"), saves=_FOR_OTHER,
                  samples=_divisor_samples)
-_register_binary("fmod", grad=_rounded_quotient_grad("trunc"), saves=_BOTH,
+_register_binary("fmod", grad=_rounded_quotient_grad("trunc"), saves=_FOR_OTHER,
                  samples=_divisor_samples)
-_register_binary("pow", grad=_pow_grad, saves=(*_BOTH, "out"), samples=_pow_samples)
+_register_binary("pow", grad=_pow_grad, saves=(*_BOTH, "out for other"),
+                 samples=_pow_samples)
 _register_binary("maximum", grad=_extremum_grad("lt"), saves=_BOTH, samples=_extremum_samples)
 _register_binary("minimum", grad=_extremum_grad("gt"), saves=_BOTH, samples=_extremum_samples)
 _register_binary("atan2", grad=_atan2_grad, saves=_BOTH)
@@ -571,7 +574,7 @@ register(OpDef(
     infer_meta=_div_meta,
     kernel=_div_kernel,
     grad=_div_grad,
-    saves=("input", "other"),
+    saves=("input for other", "other"),
     sbp=_div_sbp,
     reference="div",
     samples=_div_samples,
@@ -1663,7 +1666,7 @@ register(OpDef(
     infer_meta=_lerp_meta,
     kernel=_lerp_kernel,
     grad=_lerp_grad,
-    saves=("input", "end", "weight"),
+    saves=("input for weight", "end for weight", "weight for input,end"),
     # (P,P,B)->P: (1 - w) * start + w * end is linear in (start, end) jointly.
     sbp=lambda s, e, w: elementwise_signatures([s.shape, e.shape, w.shape],
                                                _lerp_meta(s, e, w).shape,
@@ -1809,7 +1812,8 @@ for _name, _prim, _grad, _partial in (
         infer_meta=_addc_meta(_name),
         kernel=_addc_kernel(_prim),
         grad=_grad,
-        saves=("tensor1", "tensor2"),
+        saves=("tensor1 for tensor2",
+               "tensor2 for tensor1" if _prim == "mul" else "tensor2"),
         sbp=(lambda meta, partial: lambda x, t1, t2, value: elementwise_signatures(
             [x.shape, t1.shape, t2.shape], meta(x, t1, t2).shape, partial=partial))(
                 _addc_meta(_name), _partial),

@@ -123,7 +123,7 @@ register(OpDef(
     inputs=("input", "other"),
     infer_meta=_matmul_meta,
     kernel=_matmul_kernel,
-    saves=("input", "other"),
+    saves=("input for other", "other for input"),
     grad=_matmul_grad,
     sbp=_matmul_sbp,
     reference="matmul",
@@ -177,7 +177,7 @@ register(OpDef(
     inputs=("input", "mat2"),
     infer_meta=_mm_meta,
     kernel=_matmul_kernel,
-    saves=("input", "mat2"),
+    saves=("input for mat2", "mat2 for input"),
     grad=_product_grad("mm"),
     # (S0,B)->S0: rows; (B,S1)->S1: columns; (S1,S0)->P: sum over k; (P,B), (B,P)->P: linear.
     sbp=lambda a, b: einsum_signatures("mk,kn->mn", [a.shape, b.shape]),
@@ -210,7 +210,7 @@ register(OpDef(
     inputs=("input", "mat2"),
     infer_meta=_bmm_meta,
     kernel=_matmul_kernel,
-    saves=("input", "mat2"),
+    saves=("input for mat2", "mat2 for input"),
     grad=_product_grad("bmm"),
     # (S0,S0)->S0: batches; rows, columns and k as for mm.
     sbp=lambda a, b: einsum_signatures("bmk,bkn->bmn", [a.shape, b.shape]),
@@ -251,7 +251,7 @@ register(OpDef(
     inputs=("input", "tensor"),
     infer_meta=_dot_meta,
     kernel=_matmul_kernel,
-    saves=("input", "tensor"),
+    saves=("input for tensor", "tensor for input"),
     grad=_dot_grad,
     # (S0,S0)->P: each rank sums its slice of the products; (P,B), (B,P)->P: linear.
     sbp=lambda a, b: einsum_signatures("k,k->", [a.shape, b.shape]),
@@ -303,7 +303,7 @@ register(OpDef(
     inputs=("input", "vec2"),
     infer_meta=_outer_meta,
     kernel=_outer_kernel,
-    saves=("input", "vec2"),
+    saves=("input for vec2", "vec2 for input"),
     grad=_outer_grad,
     # (S0,B)->S0, (B,S0)->S1: rows and columns; (P,B), (B,P)->P: linear in each (never (P,P)).
     sbp=lambda a, b: einsum_signatures("i,j->ij", [a.shape, b.shape]),

@@ -417,7 +417,7 @@ register(OpDef(
     infer_meta=_gelu_grad_meta,
     kernel=_gelu_grad_kernel,
     grad=_gelu_grad_grad,
-    saves=("grad_output", "input"),
+    saves=("grad_output for input", "input"),
     # Pointwise; linear in grad_output, so (P, B) -> P.
     sbp=lambda dy, x, approximate: elementwise_signatures([dy.shape, x.shape], x.shape,
                                                           partial=[("P", "B")]),
@@ -625,7 +625,7 @@ register(OpDef(
     infer_meta=_layer_norm_meta,
     kernel=_layer_norm_kernel,
     grad=_layer_norm_grad,
-    saves=("input", "weight"),
+    saves=("input", "weight for input"),
     sbp=_layer_norm_sbp,
     reference=lambda torch, x, w, b, normalized_shape, eps=1e-5: torch.nn.functional.layer_norm(
         x, normalized_shape, w, b, eps),
@@ -766,7 +766,7 @@ register(OpDef(
     infer_meta=_linear_meta,
     kernel=_linear_kernel,
     grad=_linear_grad,
-    saves=("input", "weight"),
+    saves=("input for weight", "weight for input"),
     sbp=_linear_sbp,
     reference="nn.functional.linear",
     samples=lambda rng: [

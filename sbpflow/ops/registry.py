@@ -183,9 +183,10 @@ class OpDef:
     random: bool = False  # the kernel draws from the generator (ctx.seed, ctx.offset)
     # What `grad` reads through ctx.input(i) / ctx.output(i): schema names of inputs and
     # outputs (metas, attrs and needs_input_grad are always there).  Autograd keeps only
-    # these alive, and graph memory planning frees the rest early.  A variadic input saves
-    # all its tensors ("tensors") or a tail ("tensors[1:]").  None: not declared (every op
-    # with a grad must declare; the registry test checks).
+    # these alive, and graph memory planning frees the rest early.  "other for input": saved
+    # only when input's gradient is needed (mul reads other only for input's gradient).  A
+    # variadic input saves all its tensors ("tensors") or a tail ("tensors[1:]").  None: not
+    # declared (every op with a grad must declare; the registry test checks).
     saves: tuple[str, ...] | None = None
     doc: str = ""
 
@@ -199,8 +200,10 @@ class OpDef:
         if isinstance(self.saves, str):
             raise ValueError(f"op {self.name!r}: saves must be a tuple of names, not a str")
         self._variadic_from = None  # the first saved position of a variadic input
+        self._save_when: dict = {}  # ("input"|"output", i) -> inputs whose grads need it
         names = []
         for n in self.saves:
+            n, _, users = n.partition(" for ")
             head, _, tail = n.partition("[")
             if tail:
                 if not (self.variadic and head == in_names[0] and tail.endswith(":]")
@@ -216,6 +219,15 @@ class OpDef:
                 raise ValueError(f"op {self.name!r} saves {n!r}, which is neither an input "
                                  f"{in_names} nor an output {self.outputs}")
             names.append(head)
+            if users:
+                need = tuple(in_names.index(u) if u in in_names else -1
+                             for u in users.split(","))
+                if self.variadic or -1 in need:
+                    raise ValueError(f"op {self.name!r} saves {n!r} for {users!r}: name inputs "
+                                     f"of {in_names} (not of a variadic op)")
+                kind = "input" if head in in_names else "output"
+                where = in_names if kind == "input" else self.outputs
+                self._save_when[kind, where.index(head)] = need
         self._saved_in = tuple(i for i, n in enumerate(in_names) if n in names)
         self._saved_out = tuple(i for i, n in enumerate(self.outputs) if n in names)
 
@@ -234,6 +246,22 @@ class OpDef:
         if self._saved_out is None:
             return tuple(range(n_outputs))
         return self._saved_out
+
+    def saved_when(self, kind: str, i: int) -> tuple[int, ...] | None:
+        """The inputs whose gradient needs saved input/output i ("input"/"output"), or None
+        where it is saved whenever any gradient is needed."""
+        return self._save_when.get((kind, i))
+
+    def saved_for(self, kind: str, n: int, needs_input_grad) -> tuple[int, ...]:
+        """The saved positions of inputs/outputs (kind "input"/"output") of one call, given
+        which inputs need a gradient: conditional saves whose users need none are dropped."""
+        idx = (self.saved_input_indices(n) if kind == "input"
+               else self.saved_output_indices(n))
+        if not self._save_when:
+            return idx
+        when = self._save_when
+        return tuple(i for i in idx
+                     if (kind, i) not in when or any(needs_input_grad[u] for u in when[kind, i]))
 
     # -- schema ---------------------------------------------------------------------------
     def bind_attrs(self, attrs: dict) -> dict:

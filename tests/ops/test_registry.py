@@ -128,6 +128,46 @@ def test_backward_matches_torch(name, i):
                        f"{name} grad of input {k}")
 
 
+def _float_positions(opdef, sample):
+    return [k for k, a in enumerate(H.flat_inputs(opdef, sample))
+            if np.asarray(a).dtype.kind == "f"]
+
+
+MULTI = [c for c in GRAD if len(_float_positions(registry.get(c[0]),
+                                                 H.op_samples(c[0])[c[1]])) > 1]
+
+
+@pytest.mark.parametrize("name,i", MULTI, ids=_ids(MULTI))
+def test_backward_with_one_input_requiring_grad(name, i):
+    """A rule may read an input only for another input's gradient (`saves=("other for
+    input",)`): with one input requiring grad, its gradient equals the all-inputs one."""
+    opdef, sample = _case(name, i)
+
+    def grads(want):
+        inputs = H.to_flow(opdef, sample)
+        flat = list(inputs[0]) if opdef.variadic else list(inputs)
+        for k in want:
+            flat[k].requires_grad_()
+        outs = H.as_tuple(apply(opdef, inputs, dict(sample.attrs)))
+        roots = [(o, c) for o, c in zip(outs, _cotangents(outs, i))
+                 if c is not None and o.requires_grad]
+        if roots:
+            flow.autograd.backward([o for o, _ in roots],
+                                   [flow.tensor(c, dtype=o.dtype) for o, c in roots])
+        return [None if t.grad is None else H.host(t.grad) for t in flat]
+
+    floats = _float_positions(opdef, sample)
+    full = grads(floats)
+    for k in floats:
+        alone = grads([k])[k]
+        if full[k] is None:
+            assert alone is None or not np.any(alone), f"{name}: input {k} alone got a grad"
+            continue
+        assert alone is not None, f"{name}: input {k} alone got no gradient"
+        rtol, atol = H.tolerance(sample, str(alone.dtype))
+        H.assert_close(alone, full[k], rtol, atol, f"{name} grad of input {k} alone")
+
+
 @pytest.mark.parametrize("name,i", GRAD64, ids=_ids(GRAD64))
 def test_gradient_finite_differences(name, i):
     opdef, sample = _case(name, i)
