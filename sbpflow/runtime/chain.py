@@ -37,7 +37,7 @@ _counter = itertools.count()
 class LinkedOp:
     """An op of a chain with its kernel and how to call it."""
 
-    __slots__ = ("desc", "kernel", "variadic", "view", "random", "accepts_out")
+    __slots__ = ("desc", "kernel", "variadic", "view", "random", "accepts_out", "inplace")
 
     def __init__(self, desc, kernel, variadic=False, view=False, random=False):
         self.desc = desc
@@ -45,7 +45,14 @@ class LinkedOp:
         self.variadic = variadic
         self.view = view
         self.random = random
+        # `kernel.accepts_out`: the kernel takes `out=` (an array; a tuple with one array or
+        # None per output for a multi-output kernel) and writes its results there.
         self.accepts_out = bool(getattr(kernel, "accepts_out", False))
+        # `kernel.out_may_alias_inputs`: an `out` array may be the memory of an input of the
+        # same shape (an elementwise update reads each element before writing it), so an
+        # assigned result can be written straight into its variable.
+        self.inplace = self.accepts_out and bool(getattr(kernel, "out_may_alias_inputs",
+                                                         False))
 
 
 STRUCTURAL = ("variable", "feed", "constant")
@@ -78,6 +85,7 @@ class Chain:
         self.line_op: dict[int, object] = {}  # generated line -> OpDesc
         self.planned: set[str] = set()  # tensors written into the memory block
         self.copied: set[str] = set()  # results copied inside the chain
+        self.inplace_assigns: set[str] = set()  # variables their update kernel writes
         self.source, env = self._generate(task, plan, linked, variables, prims, block,
                                           rng_index or {})
         code = compile(self.source, self.filename, "exec")
@@ -148,9 +156,17 @@ class Chain:
         # every reader of the old value is done by then; otherwise the value is snapshotted
         # there and written after the last reader.
         after: dict[int, list] = {}  # op position -> lines (with their sites) to emit after it
+        produced_at = {t: i for i, op in enumerate(task.ops) for t in op.outputs}
+        var_tensors = {op.outputs[0] for op in task.ops if op.op_type == "variable"}
+        direct: dict[str, int] = {}  # value tensor -> assign index: the kernel writes the var
         for j, (var, value, pos) in enumerate(task.assigns):
             env[f"A{j}"] = variables[var]
             site = _AssignSite(var, value)
+            if self._in_place_ok(task, plan, linked, variables, var, value, produced_at,
+                                 old_read, root_var, var_tensors, direct):
+                direct[value] = j
+                self.inplace_assigns.add(var)
+                continue
             at = min(pos, end) - 1  # after the last chain op that precedes the assign op
             last[value] = max(last.get(value, -1), at)
             reader = old_read.get(var, -1)
@@ -206,7 +222,19 @@ class Chain:
                 args = f"C{k}, {args}" if args else f"C{k}"
                 out_buf = None
                 t0 = plan.tensors[op.outputs[0]] if len(op.outputs) == 1 else None
-                if (block is not None and t0 is not None and t0.mem is not None
+                writes = [direct.get(t) for t in op.outputs]
+                if any(w is not None for w in writes):  # results straight into variables
+                    bufs = [f"A{w}._blob.array" if w is not None else "None" for w in writes]
+                    out_buf = bufs[0] if len(bufs) == 1 else f"({', '.join(bufs)})"
+                    args += f", out={out_buf}"
+                    call = f"F{k}({args})"
+                    lhs = outs[0] if len(outs) == 1 else f"{', '.join(outs)},"
+                    body.append((f"{lhs} = {call}  # {op.op_type} ({op.name}), in place",
+                                 op))
+                    for o, w in zip(outs, writes):
+                        if w is None:
+                            body.append((f"{o} = ec({o})", op))
+                elif (block is not None and t0 is not None and t0.mem is not None
                         and lk.accepts_out and not lk.view):
                     off, _ = t0.mem
                     env["O" + k] = np.ndarray(t0.shape, t0.meta.dtype.np, buffer=block,
@@ -215,7 +243,9 @@ class Chain:
                     self.planned.add(op.outputs[0])
                     args += f", out={out_buf}"
                 call = f"F{k}({args})"
-                if lk.view or out_buf is not None:
+                if any(w is not None for w in writes):
+                    pass
+                elif lk.view or out_buf is not None:
                     body.append((f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = {call}"
                                  f"  # {op.op_type} ({op.name})", op))
                 elif len(outs) == 1:
@@ -246,6 +276,28 @@ class Chain:
             if op is not None:
                 self.line_op[len(lines)] = op
         return "\n".join(lines) + "\n", env
+
+    @staticmethod
+    def _in_place_ok(task, plan, linked, variables, var, value, produced_at, old_read,
+                     root_var, var_tensors, direct) -> bool:
+        """Whether the kernel making `value` may write it straight into variable `var`: it
+        allows aliasing, nothing reads the old value after it, it reads the old value (if at
+        all) only with the variable's own layout, the value is not an output of the step, and
+        the variable is a whole C-contiguous tensor of the value's meta."""
+        i = produced_at.get(value)
+        if i is None or value in direct or value in task.results:
+            return False
+        op = task.ops[i]
+        if op.op_type in STRUCTURAL or not linked[op.name].inplace or linked[op.name].view:
+            return False
+        if old_read.get(var, -1) > i:
+            return False
+        if any(root_var.get(t) == var and t not in var_tensors for t in op.inputs):
+            return False  # a view of the variable: another layout of the memory written
+        t = variables[var]
+        if t._base is not None or t._meta != plan.tensors[value].meta or t._offset:
+            return False
+        return t.is_contiguous()
 
 
 class _AssignSite:

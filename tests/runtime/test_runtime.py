@@ -446,3 +446,67 @@ def test_variable_output_is_the_old_value_even_when_assigned_early():
     np.testing.assert_array_equal(old.numpy(), np.ones(3, np.float32))
     np.testing.assert_array_equal(old_t.numpy(), np.ones((3, 1), np.float32))
     np.testing.assert_array_equal(V.numpy(), np.full(3, 6, np.float32))
+
+
+def _momentum_update():
+    """An elementwise multi-output update kernel that may write into its inputs."""
+
+    def kernel(ctx, ts, out=None):
+        p, g, m = ts
+        out_p, out_m = out if out is not None else (None, None)
+        m_new = np.multiply(m, np.float32(0.9), out=out_m)
+        m_new += g
+        p_new = np.subtract(p, np.float32(0.1) * m_new, out=out_p)
+        return p_new, m_new
+
+    kernel.accepts_out = True
+    kernel.out_may_alias_inputs = True
+    kernel.variadic = True
+    return kernel
+
+
+@pytest.mark.parametrize("case", ["in_place", "old_value_read_later", "value_is_output"])
+def test_update_kernels_write_variables_in_place(case):
+    ir.KERNEL_RESOLVERS["test_momentum"] = lambda node, job: _momentum_update()
+    try:
+        jb = JobBuilder("momentum")
+        g = jb.input((3,))
+        p, P = jb.variable("p", np.ones(3, np.float32))
+        m, M = jb.variable("m", np.zeros(3, np.float32))
+        p2, m2 = jb.tensor((3,)), jb.tensor((3,))
+        jb.job.add_op("test_momentum", [p, g, m], [p2, m2])
+        jb.assign(p, p2)
+        jb.assign(m, m2)
+        if case == "old_value_read_later":
+            jb.output(jb.op("mul", p, p))
+        elif case == "value_is_output":
+            jb.output(p2)
+        else:
+            jb.output(jb.op("mul", p2, p2))
+        rt = build_runtime(jb.job)
+        p_arr, m_arr = P._blob.array, M._blob.array
+        pe, me = np.ones(3, np.float32), np.zeros(3, np.float32)
+        for step in range(3):
+            a = np.full(3, step + 1, np.float32)
+            (out,) = rt.run([flow.tensor(a)])
+            old = pe.copy()
+            me = me * np.float32(0.9) + a
+            pe = pe - np.float32(0.1) * me
+            np.testing.assert_array_equal(P.numpy(), pe)
+            np.testing.assert_array_equal(M.numpy(), me)
+            expect = {"in_place": pe * pe, "old_value_read_later": old * old,
+                      "value_is_output": pe}[case]
+            np.testing.assert_array_equal(out.numpy(), expect)
+        assert P._blob.array is p_arr and M._blob.array is m_arr  # the variables' own memory
+        chain = rt.chains["compute"]
+        if case == "in_place":
+            assert chain.inplace_assigns == {"p", "m"}
+            assert "copy(" not in chain.source
+        elif case == "old_value_read_later":
+            assert chain.inplace_assigns == {"m"}
+        else:
+            assert chain.inplace_assigns == {"m"}
+            out.add_(1.0)  # the output is the caller's own memory
+            np.testing.assert_array_equal(P.numpy(), pe)
+    finally:
+        del ir.KERNEL_RESOLVERS["test_momentum"]
