@@ -149,7 +149,10 @@ class Plan:
         names = {t.id: t.name for t in self.tasks}
         n_ops = sum(len(t.ops) for t in self.tasks)
         lines = [f"Plan {self.name} ({len(self.tasks)} tasks, {len(self.registers)} registers, "
-                 f"{n_ops} ops, threads {self.threads()})"]
+                 f"{n_ops} ops, threads {self.threads()}, device {self.device})",
+                 f"  inputs: {', '.join(self.inputs) or '-'}; outputs: "
+                 f"{', '.join(self.outputs) or '-'}; feeds: "
+                 f"{', '.join(f'{k}={v}' for k, v in self.feeds.items()) or '-'}"]
         for t in self.tasks:
             ins = ", ".join(self.registers[r].name for r in t.consumed) or "-"
             outs = ", ".join(self.registers[r].name for r in t.produced) or "-"
@@ -160,8 +163,8 @@ class Plan:
                 outs_ = ", ".join(self._tensor_text(o) for o in op.outputs)
                 attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in op.attrs.items())
                 lhs = f"{outs_} = " if outs_ else ""
-                lines.append(f"    {lhs}{op.op_type}({', '.join(op.inputs)}"
-                             f"{'; ' + attrs if attrs else ''})  # {op.name}")
+                args = "; ".join(x for x in (", ".join(op.inputs), attrs) if x)
+                lines.append(f"    {lhs}{op.op_type}({args})  # {op.name}")
             for var, value, pos in t.assigns:
                 lines.append(f"    assign {var} <- {value} (after op {pos})")
         for r in self.registers:

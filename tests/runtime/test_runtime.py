@@ -510,3 +510,15 @@ def test_update_kernels_write_variables_in_place(case):
             np.testing.assert_array_equal(P.numpy(), pe)
     finally:
         del ir.KERNEL_RESOLVERS["test_momentum"]
+
+
+def test_job_without_inputs_or_outputs(mode):
+    jb = JobBuilder("counter")
+    v, V = jb.variable("step", np.zeros((), np.float32))
+    one = jb.constant(np.ones((), np.float32))
+    jb.assign(v, jb.op("add", v, one))
+    rt = build_runtime(jb.job, threads=mode)
+    for _ in range(4):
+        assert rt.run([]) == []
+    assert V.item() == 4.0
+    rt.stop()
