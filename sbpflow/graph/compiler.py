@@ -165,10 +165,34 @@ def kernel_resolver(job: ir.Job | None = None):
     def resolve(desc):
         fn = ir.KERNEL_RESOLVERS.get(desc.op_type)
         if fn is None:
-            return None
+            if _is_registered(desc.op_type):
+                return None
+            _import_passes()  # a plan from JSON: the pass that registers the resolver
+            fn = ir.KERNEL_RESOLVERS.get(desc.op_type)
+            if fn is None:
+                return None
         return fn(nodes.get(desc.name, desc), job)
 
     return resolve
+
+
+def _is_registered(op_type: str) -> bool:
+    try:
+        registry.get(op_type)
+        return True
+    except KeyError:
+        return False
+
+
+def _import_passes() -> None:
+    """Import every pass module, so each registers its kernel resolvers."""
+    from . import passes
+
+    for name in passes.ORDER:
+        try:
+            passes.get(name)
+        except ImportError:
+            pass
 
 
 def build_runtime(job: ir.Job, threads: str = "inline", plan: Plan | None = None,

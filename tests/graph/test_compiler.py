@@ -153,3 +153,35 @@ def test_compile_time_is_linear_and_small():
         build_runtime(job)
         per_op.append((time.perf_counter() - t0) / n)
     assert max(per_op) < 1e-3, per_op
+
+
+def test_fused_plan_from_json_links_in_a_fresh_process(tmp_path):
+    """A saved plan links where no pass has run yet: the resolver imports the passes."""
+    import subprocess
+    import sys
+
+    from sbpflow.graph import passes
+
+    jb = JobBuilder("fused_json")
+    x = jb.input((4, 3))
+    h = jb.op("mul", jb.op("add", x, x), x)
+    jb.output(jb.op("neg", h))
+    passes.get("fuse_elementwise").run(jb.job)
+    assert any(op.op_type == "fused_elementwise" for op in jb.job.ops)
+    path = tmp_path / "plan.json"
+    path.write_text(compile_job(jb.job).to_json())
+    code = (
+        "import numpy as np, sbpflow as flow\n"
+        "from sbpflow.graph import ir\n"
+        "from sbpflow.graph.compiler import kernel_resolver\n"
+        "from sbpflow.runtime import Plan, Runtime\n"
+        "assert 'fused_elementwise' not in ir.KERNEL_RESOLVERS\n"
+        f"plan = Plan.from_json(open({str(path)!r}).read())\n"
+        "rt = Runtime(plan, {}, resolve=kernel_resolver())\n"
+        "a = np.arange(12, dtype=np.float32).reshape(4, 3)\n"
+        "(out,) = rt.run([flow.tensor(a)])\n"
+        "assert np.array_equal(out.numpy(), -((a + a) * a)), out\n"
+        "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr
