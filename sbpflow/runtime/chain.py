@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+import weakref
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class Chain:
         # So tracebacks show the generated lines.
         lines = self.source.splitlines(keepends=True)
         linecache.cache[self.filename] = (len(self.source), None, lines, self.filename)
+        weakref.finalize(self, linecache.cache.pop, self.filename, None)
         exec(code, env)
         self.fn = env["chain"]
 
