@@ -193,6 +193,7 @@ class OpDef:
     def __post_init__(self):
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")
         self._meta_cache: dict = {}
+        self._saved_for_cache: dict = {}
         in_names = tuple(n.lstrip("*") for n in self.inputs)
         if self.saves is None:
             self._saved_in, self._saved_out = None, None
@@ -255,13 +256,18 @@ class OpDef:
     def saved_for(self, kind: str, n: int, needs_input_grad) -> tuple[int, ...]:
         """The saved positions of inputs/outputs (kind "input"/"output") of one call, given
         which inputs need a gradient: conditional saves whose users need none are dropped."""
+        key = (kind, n, needs_input_grad)
+        hit = self._saved_for_cache.get(key)
+        if hit is not None:
+            return hit
         idx = (self.saved_input_indices(n) if kind == "input"
                else self.saved_output_indices(n))
-        if not self._save_when:
-            return idx
         when = self._save_when
-        return tuple(i for i in idx
-                     if (kind, i) not in when or any(needs_input_grad[u] for u in when[kind, i]))
+        idx = tuple(i for i in idx
+                    if (kind, i) not in when or any(needs_input_grad[u] for u in when[kind, i]))
+        if len(self._saved_for_cache) < 256:
+            self._saved_for_cache[key] = idx
+        return idx
 
     # -- schema ---------------------------------------------------------------------------
     def bind_attrs(self, attrs: dict) -> dict:
