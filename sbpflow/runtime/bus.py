@@ -43,6 +43,9 @@ class MessageBus:
     def __init__(self, thread_of: dict[int, int], inline: bool):
         self.thread_of = thread_of  # actor id -> thread id
         self.inline = inline
+        # Threaded mode: fn(actor, exception) for a failure outside an act (a protocol bug),
+        # which leaves the actors' state unknown.
+        self.on_fatal = None
         if inline:
             self._deque: collections.deque = collections.deque()
             self.send = self._deque.append  # no Python frame per message
@@ -77,15 +80,19 @@ class MessageBus:
             th.start()
             self._threads.append(th)
 
-    @staticmethod
-    def _loop(q) -> None:
+    def _loop(self, q) -> None:
         get = q.get
         while True:
             msg = get()
             if msg is None:
                 return
             dst, kind, slot = msg
-            dst.on_msg(kind, slot)
+            try:
+                dst.on_msg(kind, slot)
+            except BaseException as e:  # noqa: BLE001 - a broken protocol must not hang callers
+                on_fatal = self.on_fatal
+                if on_fatal is not None:
+                    on_fatal(dst, e)
 
     def stop(self, join: bool = True) -> None:
         """Threaded mode: end every thread (after the messages already queued)."""

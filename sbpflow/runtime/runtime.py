@@ -12,6 +12,7 @@ inline.  Otherwise each thread id gets its own thread.
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -107,6 +108,9 @@ class Runtime:
             actor.connect(self.actors)
         self._pieces = 0
         self._lock = threading.Lock()
+        self._inflight: collections.deque = collections.deque()  # threaded: unfinished
+        self._broken: BaseException | None = None
+        bus.on_fatal = self._fatal
         self._closed = False
         self.in_metas = tuple(plan.tensors[t].meta for t in plan.inputs)
         self.out_metas = tuple(plan.tensors[t].meta for t in plan.outputs)
@@ -163,10 +167,32 @@ class Runtime:
         if inst.event is None:
             inst.event = threading.Event()
         with self._lock:
+            if self._broken is not None:
+                raise RuntimeError(f"plan {self.plan.name}: the actor runtime failed earlier "
+                                   f"and is unusable: {self._broken!r}")
             inst.piece = self._pieces
             self._pieces += 1
+            inflight = self._inflight
+            while inflight and inflight[0].done:
+                inflight.popleft()
+            inflight.append(inst)
         self.bus.send((self.source, START, inst))
         return inst
+
+    def _fatal(self, actor, err: BaseException) -> None:
+        """Threaded mode: an actor failed outside an act.  Fail every unfinished instance
+        (so no caller waits forever) and refuse new ones."""
+        with self._lock:
+            self._broken = err
+            pending = [inst for inst in self._inflight if not inst.done]
+            self._inflight.clear()
+        for inst in pending:
+            if inst.error is None:
+                inst.error = RuntimeError(
+                    f"plan {self.plan.name}: actor {actor.name} failed: {err!r}")
+                inst.error.__cause__ = err
+            inst.finish()
+        self.sink.drained.set()
 
     def run_instance(self, inputs, feeds=None, rng=None):
         """Run one job instance on arrays; return its output arrays (raise its error)."""

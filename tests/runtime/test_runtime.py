@@ -522,3 +522,21 @@ def test_job_without_inputs_or_outputs(mode):
         assert rt.run([]) == []
     assert V.item() == 4.0
     rt.stop()
+
+
+def test_an_actor_failing_outside_its_act_fails_the_call_instead_of_hanging():
+    jb, _ = mlp_job()
+    rt = build_runtime(jb.job, threads="stream")
+    x = flow.tensor(np.ones((4, 3), np.float32))
+    rt.run([x], {"lr": 0.0})
+    tick = next(a for a in rt.actors.values() if a.kind == "tick")
+
+    def broken(kind, slot):
+        raise AssertionError("protocol bug")
+
+    tick.on_msg = broken
+    with pytest.raises(RuntimeError, match="actor tick failed.*protocol bug"):
+        rt.run([x], {"lr": 0.0})[0].numpy()
+    with pytest.raises(RuntimeError, match="unusable"):
+        rt.run_instance([np.ones((4, 3), np.float32)], {"lr": 0.0})
+    rt.stop(timeout=10)
