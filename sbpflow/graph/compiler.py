@@ -196,13 +196,14 @@ def _import_passes() -> None:
 
 
 def build_runtime(job: ir.Job, threads: str = "inline", plan: Plan | None = None,
-                  trace: bool = False) -> Runtime:
+                  trace: bool = False, profile: bool = False) -> Runtime:
     """Compile (unless `plan` is given) and link: a Runtime over the Job's variables' eager
-    tensors.  `rt.run(inputs, feeds)` is then the graph call."""
+    tensors.  `rt.run(inputs, feeds)` is then the graph call.  `profile=True` times every op
+    (`print(rt.op_times())`); `trace=True` records every act in `rt.trace`."""
     if plan is None:
         plan = compile_job(job, threads=threads)
     t0 = time.perf_counter()
     variables = {name: v.tensor for name, v in job.variables.items()}
-    rt = Runtime(plan, variables, resolve=kernel_resolver(job), trace=trace)
+    rt = Runtime(plan, variables, resolve=kernel_resolver(job), trace=trace, profile=profile)
     plan.stats["link_seconds"] = time.perf_counter() - t0
     return rt

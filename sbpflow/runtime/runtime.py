@@ -34,7 +34,8 @@ from .register import Register
 
 
 class Runtime:
-    def __init__(self, plan, variables: dict | None = None, resolve=None, trace: bool = False):
+    def __init__(self, plan, variables: dict | None = None, resolve=None, trace: bool = False,
+                 profile: bool = False):
         self.plan = plan
         self.variables = dict(variables or {})
         missing = sorted(v for v in set(plan.variables.values())
@@ -91,7 +92,7 @@ class Runtime:
                 if task.mem_bytes:
                     block = self.blocks[task.name] = np.empty(task.mem_bytes, np.uint8)
                 chain = self.chains[task.name] = Chain(task, plan, linked, self.variables,
-                                                       prims, block, rng_index)
+                                                       prims, block, rng_index, profile)
                 actor = ComputeActor(task, regs, bus, chain, tr)
             elif task.kind == "copy_out":
                 actor = CopyOutActor(task, regs, bus, prims, self._picks(task), tr)
@@ -208,6 +209,18 @@ class Runtime:
         """The graph call: one VM instruction that runs a job instance on the tensors'
         memory.  Returns new eager tensors for the outputs."""
         return self.graph_call(inputs, feeds)
+
+    def op_times(self) -> str:
+        """A table of each op's time per call, slowest first (link with profile=True)."""
+        rows = [(op, t) for chain in self.chains.values() for op, t in chain.op_times()]
+        rows.sort(key=lambda x: -x[1])
+        total = sum(t for _, t in rows) or 1.0
+        lines = [f"{'us/call':>9} {'share':>6}  op"]
+        for op, t in rows:
+            lines.append(f"{t * 1e6:9.1f} {t / total:6.1%}  {op.op_type} ({op.name}) "
+                         f"at {op.where()}")
+        lines.append(f"{total * 1e6:9.1f} {1:6.0%}  total")
+        return "\n".join(lines)
 
     def _reset(self) -> None:
         self.bus.clear()

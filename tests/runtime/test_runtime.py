@@ -540,3 +540,20 @@ def test_an_actor_failing_outside_its_act_fails_the_call_instead_of_hanging():
     with pytest.raises(RuntimeError, match="unusable"):
         rt.run_instance([np.ones((4, 3), np.float32)], {"lr": 0.0})
     rt.stop(timeout=10)
+
+
+def test_profile_times_every_op():
+    jb, W = mlp_job()
+    rt = build_runtime(jb.job, profile=True)
+    w = W.numpy().copy()
+    a = np.ones((4, 3), np.float32)
+    for _ in range(3):
+        (r,) = rt.run([flow.tensor(a)], {"lr": 0.0})
+    np.testing.assert_array_equal(r.numpy(), np.maximum(a @ w, 0))  # same results
+    times = rt.chains["compute"].op_times()
+    assert {op.op_type for op, _ in times} >= {"matmul", "relu", "mul", "sub", "assign"}
+    assert all(t >= 0 for _, t in times) and rt.chains["compute"].calls[0] == 3
+    table = rt.op_times()
+    assert "matmul (model-matmul-" in table and "build.py:" in table and "total" in table
+    with pytest.raises(RuntimeError, match="profile=True"):
+        build_runtime(jb.job).op_times()
