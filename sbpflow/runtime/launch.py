@@ -34,6 +34,13 @@ class GraphCall:
         self.in_metas = rt.in_metas
         self.out_metas = rt.out_metas
         self.device = rt.device
+        self.last = None  # (stream, seq) of the last call's VM instruction
+
+    def wait(self) -> None:
+        """Wait until the last graph call issued has run (the VM may hold it in a queue)."""
+        if self.last is not None:
+            stream, seq = self.last
+            stream.wait(seq)
 
     def __call__(self, inputs, feeds=None) -> list:
         """Run one job instance on eager tensors; returns the output tensors."""
@@ -69,10 +76,11 @@ class GraphCall:
             for b, a in zip(out_blobs, inst.results):
                 b.array = a
 
-        _builder.call(self.name, run_lazy_job, ins=in_blobs + self.var_blobs, outs=out_blobs,
-                      reads=[t._storage for t in inputs] + self.var_reads,
-                      writes=[o._storage for o in outs] + self.assigned, stream=dev.type,
-                      kind="call", numel=0)
+        instr = _builder.call(self.name, run_lazy_job, ins=in_blobs + self.var_blobs,
+                              outs=out_blobs, reads=[t._storage for t in inputs] + self.var_reads,
+                              writes=[o._storage for o in outs] + self.assigned,
+                              stream=dev.type, kind="call", numel=0)
+        self.last = (instr.stream, instr.seq)  # not the instruction: it holds the blobs
         for st in self.assigned:  # as eager in-place writes do, at issue
             st.version += 1
         return outs

@@ -222,6 +222,13 @@ class Runtime:
         lines.append(f"{total * 1e6:9.1f} {1:6.0%}  total")
         return "\n".join(lines)
 
+    def reset_op_times(self) -> None:
+        """Start the op timings afresh (e.g. after warm-up calls that compiled kernels)."""
+        for chain in self.chains.values():
+            if chain.profile:
+                chain.times[:] = [0.0] * len(chain.times)
+                chain.calls[0] = 0
+
     def _reset(self) -> None:
         self.bus.clear()
         for a in self.actors.values():
@@ -232,6 +239,7 @@ class Runtime:
         threads.  The runtime takes no more instances."""
         if self._closed:
             return
+        self.graph_call.wait()  # graph calls still queued in the VM run first
         self._closed = True
         self.bus.send((self.source, EORD, None))
         if self.inline:

@@ -358,6 +358,16 @@ def test_graph_call_orders_with_eager_ops_on_the_vm_worker(monkeypatch):
         return push(self, instr)
 
     monkeypatch.setattr(stream.Stream, "push", counting_push)
+    vm = get_vm()
+    mode = vm.mode
+    vm.set_mode("async")  # the point is the worker: also under SBPFLOW_VM_MODE=sync
+    try:
+        _orders_with_worker(handed)
+    finally:
+        vm.set_mode(mode)
+
+
+def _orders_with_worker(handed):
     n = 1 << 19  # above the VM's inline threshold: eager ops on it are handed to the worker
     jb = JobBuilder("big")
     x = jb.input((n,))
@@ -528,7 +538,7 @@ def test_an_actor_failing_outside_its_act_fails_the_call_instead_of_hanging():
     jb, _ = mlp_job()
     rt = build_runtime(jb.job, threads="stream")
     x = flow.tensor(np.ones((4, 3), np.float32))
-    rt.run([x], {"lr": 0.0})
+    rt.run([x], {"lr": 0.0})[0].numpy()
     tick = next(a for a in rt.actors.values() if a.kind == "tick")
 
     def broken(kind, slot):
