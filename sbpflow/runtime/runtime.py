@@ -2,12 +2,17 @@
 instances on it.
 
     rt = Runtime(plan, variables={"fc.weight": w, ...}, resolve=None)
-    outs = rt.run([x], {"lr": 0.1})      # one graph call: one VM instruction (launch.py)
+    outs = rt.run([x], {"lr": 0.1})      # the graph call: one VM instruction (launch.py)
+
+    inst = rt.launch(Instance([x_array], feeds, rt.draw_rng()))   # lower level: arrays
+    inst.event.wait()                    # threaded plans: returns at once, runs ahead
+    rt.stop()                            # end of data: drain, then end the actor threads
 
 `resolve(op_desc) -> kernel or None` finds kernels of op types that are not registered ops
 (the graph layer passes it; runtime/ never imports graph/).  Every actor of a plan whose
 tasks all sit on thread 0 runs on the calling thread: the graph call drains the message bus
-inline.  Otherwise each thread id gets its own thread.
+inline.  Otherwise each thread id gets its own thread.  `trace=True` records (task, piece)
+at every act in `rt.trace`; `profile=True` times every op of the chains (`rt.op_times()`).
 """
 
 from __future__ import annotations
