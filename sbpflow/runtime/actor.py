@@ -123,6 +123,10 @@ class Actor:
                 slot.arrays = None
             slot.inst = None
             self.free[slot.reg].append(slot)
+            if not self._eords:
+                for q in self._in:  # nothing to read: a free slot alone does not act
+                    if not q:
+                        return
         elif kind == EORD:
             self._eords += 1
         elif kind == START:
