@@ -6,7 +6,9 @@ On one rank the task graph is
                             \\__________________/
 
 The source starts a job instance; copy_in copies the call's inputs into its register's planned
-buffers (register_num 2: it runs one step ahead of compute); the compute task runs the whole
+buffers (register_num 2: it runs one step ahead of compute), or in the inline plan hands them on
+by reference (the graph call's VM instruction already keeps them unchanged until the step is
+done, and a copy would cost a pass over every batch); the compute task runs the whole
 step (forward, backward, update) as one chain of ops in the Job's order; copy_out hands the
 outputs over; the tick joins the completions of compute and copy_out; the sink notifies the
 caller.  Task boundaries sit where something real happens (a data source, a copy, a stream
@@ -27,12 +29,9 @@ import json
 import time
 
 from ..ops import registry
-from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc, _enc
+from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc, encode_attr
 from ..runtime.runtime import Runtime
 from . import ir
-
-# Op types that are not in a compute chain: the plan's inputs, outputs and assigns.
-_BOUNDARY = ("input", "output", "assign")
 
 THREAD_MODES = ("inline", "stream")
 
@@ -150,7 +149,7 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
 
 def _serialisable(v) -> bool:
     try:
-        json.dumps(_enc(v))
+        json.dumps(encode_attr(v))
         return True
     except (TypeError, ValueError):
         return False

@@ -264,6 +264,9 @@ def _enc(v):
     raise TypeError(f"Plan attr of type {type(v).__name__} is not serialisable: {v!r}")
 
 
+encode_attr = _enc  # for the graph layer: is a value serialisable in a Plan
+
+
 def _dec(v):
     if isinstance(v, dict):
         if "$dtype" in v:
