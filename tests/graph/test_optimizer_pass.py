@@ -150,3 +150,83 @@ def test_pass_numbers_equal_eager_on_reference_evaluator(monkeypatch, kind, fuse
     for a, b in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5,
                                    atol=1e-7)
+
+
+# -- the update ops against torch.optim, every option, several steps ---------------------------
+SGD_OPTIONS = [
+    {},
+    {"weight_decay": 0.1, "maximize": True},
+    {"momentum": 0.9},
+    {"momentum": 0.9, "dampening": 0.5, "weight_decay": 0.01},
+    {"momentum": 0.8, "nesterov": True, "weight_decay": 0.02, "maximize": True},
+]
+ADAM_OPTIONS = [
+    {},
+    {"weight_decay": 0.1, "maximize": True},
+    {"weight_decay": 0.01, "decoupled_weight_decay": True, "beta1": 0.3},
+    {"amsgrad": True, "beta2": 0.9},
+    {"amsgrad": True, "decoupled_weight_decay": True, "weight_decay": 0.05, "eps": 1e-3},
+]
+
+
+def _torch_steps(kind, params, grads, lr, options, steps):
+    import torch
+
+    ps = [torch.tensor(p) for p in params]
+    if kind == "sgd":
+        opt = torch.optim.SGD(ps, lr=lr, **options)
+    else:
+        o = dict(options)
+        betas = (o.pop("beta1", 0.9), o.pop("beta2", 0.999))
+        cls = torch.optim.AdamW if o.pop("decoupled_weight_decay", False) else torch.optim.Adam
+        if cls is torch.optim.AdamW:
+            o.setdefault("weight_decay", 0.0)
+        opt = cls(ps, lr=lr, betas=betas, **o)
+    for k in range(steps):
+        for p, g in zip(ps, grads):
+            p.grad = torch.tensor(g * (k + 1))
+        opt.step()
+    return [p.detach().numpy() for p in ps]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind,options", [("sgd", o) for o in SGD_OPTIONS]
+                         + [("adam", o) for o in ADAM_OPTIONS])
+def test_update_ops_equal_torch_optim(kind, options, dtype, fused):
+    from sbpflow.ops import registry
+
+    rng = np.random.default_rng(0)
+    params = [rng.standard_normal(s).astype(dtype) for s in ((3, 2), (4,), (1,))]
+    grads = [rng.standard_normal(p.shape).astype(dtype) for p in params]
+    lr, steps = 0.05, 3
+    momentum = options.get("momentum", 0.0)
+    ps = [flow.tensor(p) for p in params]
+    states = []
+    for p in ps:
+        if kind == "sgd":
+            states.append([flow.zeros_like(p)] if momentum else [])
+        else:
+            n = 3 if options.get("amsgrad") else 2
+            states.append([flow.zeros_like(p) for _ in range(n)] + [flow.tensor(0.0)])
+    for k in range(steps):
+        gs = [flow.tensor(g * (k + 1)) for g in grads]
+        shared = [flow.tensor(lr, dtype=flow.float64)]
+        if kind == "sgd" and momentum:
+            shared.append(flow.tensor(1.0 if k == 0 else 0.0, dtype=flow.float64))
+        blocks = [[p, g, *st] for p, g, st in zip(ps, gs, states)]
+        if fused:
+            flat = [t for b in blocks for t in b] + shared
+            outs = list(registry.op(f"multi_{kind}_update", flat, n=len(blocks), **options))
+        else:
+            outs = []
+            for b in blocks:
+                res = registry.op(f"{kind}_update", [*b, *shared], **options)
+                outs.extend(res if isinstance(res, tuple) else (res,))
+        per = len(outs) // len(ps)
+        for i in range(len(ps)):
+            ps[i], *states[i] = outs[i * per:(i + 1) * per]
+    expected = _torch_steps(kind, params, grads, lr, options, steps)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for p, e in zip(ps, expected):
+        np.testing.assert_allclose(p.numpy(), e, rtol=tol, atol=tol)
