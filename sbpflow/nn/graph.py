@@ -257,6 +257,9 @@ class Graph:
         self._optimizers.append((optim, lr_sch))
         self._cache.clear()
 
+    def set_grad_scaler(self, grad_scaler=None) -> None:
+        raise NotImplementedError("nn.Graph: loss scaling needs AMP, which is not supported yet")
+
     def debug(self, v_level: int = 0, *, ranks=None, max_py_stack_depth: int = 2,
               only_user_py_stack: bool = True, op_repr_with_py_stack: bool = False) -> None:
         """-1: quiet; 0: pass timings; >= 1: also the Job after tracing and after each pass."""
@@ -340,6 +343,11 @@ class Graph:
         trace_s = time.perf_counter() - t0
         if self._debug >= 1:
             print(f"{self._name}: traced build() in {trace_s * 1e3:.1f} ms\n{job}")
+        if self._optimizers and not job.loss:
+            raise RuntimeError(
+                f"{self._name}: the graph has an optimizer (a training graph) but build() "
+                "called no loss.backward(); call it on the loss inside build(), or remove "
+                "the optimizer for an eval graph")
         states, feeds = self._add_optimizer_config(job) if self._optimizers else ([], [])
         dump = None
         if self._debug >= 1:

@@ -499,3 +499,33 @@ def test_with_dynamic_input_shape_bounds_the_plan_cache():
         np.testing.assert_allclose(g(x).numpy(), lin(x).detach().numpy(), rtol=1e-6)
     assert len(g._cache) == 2  # 1 was used last, so 2 was dropped when 3 came
     assert [k[1][0].shape[0] for k in g._cache] == [3, 1]
+
+
+def test_train_and_eval_graphs_share_the_model():
+    # OneFlow's usual pattern: one training graph, one eval graph, the same module.
+    xs, ys = _data(steps=3)
+    m = _mlp(bn=True)
+    train = TrainGraph(m, flow.optim.SGD(m.parameters(), lr=0.1, momentum=0.9))
+    evaluate = EvalGraph(m)
+    for x, y in zip(xs, ys):
+        m.train()
+        train(x, y)
+        m.eval()
+        np.testing.assert_allclose(evaluate(x).numpy(), m(x).detach().numpy(), rtol=1e-6,
+                                   atol=1e-6)
+
+
+def test_training_graph_without_backward_is_an_error():
+    m = _mlp()
+
+    class NoBackward(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = m
+            self.add_optimizer(flow.optim.SGD(m.parameters(), lr=0.1))
+
+        def build(self, x):
+            return self.model(x).sum()
+
+    with pytest.raises(RuntimeError, match="no loss.backward"):
+        NoBackward()(flow.randn(2, 6))
