@@ -110,11 +110,6 @@ def test_mlp_trains_like_eager(opt, fuse):
     assert len(g._cache) == 1
 
 
-# memory_plan ends an assign value's lifetime at its assign op, but the runtime applies
-# assigns at the end of the step, so BatchNorm's running statistics (assigned mid-forward)
-# can be overwritten by a later tensor sharing the buffer.  Passes without memory_plan pass.
-@pytest.mark.xfail(reason="memory_plan: assign values must live to the end of the step",
-                   strict=False)
 @pytest.mark.parametrize("opt", ["sgd_momentum", "adam"])
 def test_cnn_with_batchnorm_trains_like_eager(opt):
     xs, ys = _data(n=4, shape=(1, 8, 8), steps=4)
