@@ -120,30 +120,45 @@ class ProxyModule:
         return self._module
 
     def __getattr__(self, name):
-        value = getattr(self._module, name)
-        if isinstance(value, Module):
-            proxies = self._proxies
-            if name not in proxies or proxies[name]._module is not value:
-                proxies[name] = ProxyModule(value, f"{self._path}.{name}")
-            return proxies[name]
-        return value
+        return self._sub(name, getattr(self._module, name))
 
     def __setattr__(self, name, value):
         setattr(self._module, name, value)
 
+    def _sub(self, key: str, m):
+        """The cached proxy of submodule m (settings made on it persist)."""
+        if not isinstance(m, Module):
+            return m
+        proxies = self._proxies
+        if key not in proxies or proxies[key]._module is not m:
+            proxies[key] = ProxyModule(m, f"{self._path}.{key}")
+        return proxies[key]
+
     def __iter__(self):
-        for i, m in enumerate(self._module):
-            yield ProxyModule(m, f"{self._path}.{i}") if isinstance(m, Module) else m
+        for name, m in self._module._modules.items():
+            yield self._sub(name, m)
 
     def __getitem__(self, i):
         m = self._module[i]
-        return ProxyModule(m, f"{self._path}.{i}") if isinstance(m, Module) else m
+        if isinstance(i, int):
+            name = list(self._module._modules)[i]
+            return self._sub(name, m)
+        return m
 
     def __len__(self):
         return len(self._module)
 
     def __repr__(self):
         return "\n".join(_module_lines(self._module, self._path, 0))
+
+
+def _collect_settings(proxy: ProxyModule, out: dict) -> None:
+    """{module path: GraphModule attrs} of a proxy and the sub-proxies made from it."""
+    attrs = proxy._settings.attrs()
+    if attrs:
+        out[proxy._path] = attrs
+    for sub in proxy._proxies.values():
+        _collect_settings(sub, out)
 
 
 def _module_lines(m: Module, path: str, depth: int) -> list[str]:
@@ -336,7 +351,9 @@ class Graph:
         t0 = time.perf_counter()
         job = Job(self._name)
         job.config.update(self.config._flags)
-        attrs = {n: p._settings.attrs() for n, p in self._proxies.items() if p._settings.attrs()}
+        attrs = {}
+        for proxy in self._proxies.values():
+            _collect_settings(proxy, attrs)
         if attrs:
             job.config["module_attrs"] = attrs
         out_spec = trace_build(job, self.build, args, kwargs, self._modules, self._names())

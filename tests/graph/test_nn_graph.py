@@ -524,3 +524,14 @@ def test_training_graph_without_backward_is_an_error():
 
     with pytest.raises(RuntimeError, match="no loss.backward"):
         NoBackward()(flow.randn(2, 6))
+
+
+def test_settings_on_nested_proxies_reach_the_job():
+    m = _mlp()
+    g = EvalGraph(m)
+    g.model[2].to(G.GraphModule).set_stage(1)
+    g.model[0].to(G.GraphModule).activation_checkpointing = True
+    assert g.model[2] is g.model[2] and [p._path for p in g.model][0] == "model.0"
+    g(flow.randn(2, 6))
+    attrs = g._last.job.config["module_attrs"]
+    assert attrs == {"model.2": {"stage_id": 1}, "model.0": {"activation_checkpointing": True}}
