@@ -190,6 +190,11 @@ class Tensor:
         return self._gl is None
 
     @property
+    def is_lazy(self) -> bool:
+        """OneFlow's flag: True for a tensor traced inside nn.Graph.build() (graph/trace.py)."""
+        return False
+
+    @property
     def placement(self):
         if self._gl is None:
             raise RuntimeError("placement: only global tensors have a placement; this tensor "
