@@ -56,7 +56,23 @@ class LazyTensor(Tensor):
 
     @requires_grad.setter
     def requires_grad(self, value):
-        raise LazyTensorError(_host_message(self, "setting requires_grad of"))
+        if value and not self.__dict__.get("_lazy_rg", False):
+            raise NotImplementedError(
+                f"requires_grad_() on a lazy tensor ({self._lazy}) at {_site()}: inside "
+                "nn.Graph.build() only module parameters (trainable variables) get gradients")
+        self.__dict__["_lazy_rg"] = bool(value)
+
+    def detach(self) -> LazyTensor:
+        d = self.__dict__
+        t = d["_lazy_trace"].lazy(d["_lazy"])
+        t._strides, t._offset = self._strides, self._offset
+        if "_lazy_view" in d:
+            t.__dict__["_lazy_view"] = d["_lazy_view"]
+        return t
+
+    def detach_(self) -> LazyTensor:
+        self.__dict__["_lazy_rg"] = False
+        return self
 
     @property
     def is_lazy(self) -> bool:

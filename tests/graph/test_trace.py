@@ -259,3 +259,26 @@ def test_views_carry_eager_strides():
     (a, b), _ = run_job(job, [x])
     np.testing.assert_array_equal(a, x.T.reshape(6))
     np.testing.assert_array_equal(b, x.T.reshape(6))
+
+
+def test_detach_in_build_stops_gradients():
+    lin = flow.nn.Linear(3, 3)
+
+    def build(x):
+        h = lin(x)
+        target = h.detach()
+        assert target.is_lazy and not target.requires_grad and h.requires_grad
+        loss = ((h - target * 2) ** 2).sum()
+        loss.backward()
+        return loss
+
+    job, _ = _trace(build, flow.ones(2, 3), modules={"lin": lin})
+    from sbpflow.graph.passes import autograd
+
+    autograd.run(job)
+    assert not job.variables.keys() - {"lin.weight", "lin.bias"}  # nothing captured
+    x = flow.ones(2, 3)
+    outs, _ = run_job(job, [x.numpy()])
+    h = lin(x)
+    ref = ((h - h.detach() * 2) ** 2).sum()
+    np.testing.assert_allclose(outs[0], ref.item(), rtol=1e-6)
