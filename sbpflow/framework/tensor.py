@@ -369,6 +369,8 @@ class Tensor:
     def _host(self) -> np.ndarray:
         """The values as a NumPy array (a sync point: waits for this tensor's writers).
         For a global tensor, the logical value on every rank (a collective)."""
+        if _host_check is not None:  # tracing nn.Graph.build(): refuse values not yet computed
+            _host_check(self)
         if self._gl is not None:
             from .global_tensor import logical_host
 
@@ -452,6 +454,10 @@ class Tensor:
             "sbpflow tensors are not pickled; save them with sbpflow.save (safetensors)"
         )
 
+
+# Set while nn.Graph.build() is traced (graph/trace.py): fn(tensor) raises for an eager tensor
+# that build() wrote in place, whose new value exists only when the graph runs.
+_host_check = None
 
 _STRIDES_CACHE: dict = {}
 

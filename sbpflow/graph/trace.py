@@ -27,6 +27,7 @@ from .._core.errors import op_error
 from ..autograd.grad_mode import is_grad_enabled
 from ..comm import get_rank, get_world_size
 from ..framework import interpreter
+from ..framework import tensor as _tensor_mod
 from ..framework.tensor import Tensor
 from ..sbp import B
 from ..sbp.placement import Placement
@@ -159,14 +160,24 @@ class Trace:
     @contextlib.contextmanager
     def active(self):
         """Route op calls and in-place writes to this trace while the block runs."""
-        prev = (interpreter._apply_lazy, interpreter._assign_lazy)
+        prev = (interpreter._apply_lazy, interpreter._assign_lazy, _tensor_mod._host_check)
         interpreter.set_lazy_apply(self.apply)
         interpreter.set_lazy_assign(self.assign)
+        _tensor_mod._host_check = self._check_host
         try:
             yield self
         finally:
             interpreter.set_lazy_apply(prev[0])
             interpreter.set_lazy_assign(prev[1])
+            _tensor_mod._host_check = prev[2]
+
+    def _check_host(self, t: Tensor) -> None:
+        """A host read of an eager tensor during tracing: fine, unless build() wrote it."""
+        if self._eager_version.get(id(t)):
+            raise LazyTensorError(
+                f"reading the values of an eager tensor ({self._var_of.get(id(t))}) at "
+                f"{_site()} after build() wrote it in place: its new value exists only when "
+                "the graph runs, so Python code cannot use it inside build()")
 
     @contextlib.contextmanager
     def scope(self, path: str):

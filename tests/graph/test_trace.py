@@ -282,3 +282,20 @@ def test_detach_in_build_stops_gradients():
     h = lin(x)
     ref = ((h - h.detach() * 2) ** 2).sum()
     np.testing.assert_allclose(outs[0], ref.item(), rtol=1e-6)
+
+
+def test_host_read_of_an_eager_tensor_written_in_build_raises():
+    bn = flow.nn.BatchNorm1d(4, momentum=None)  # cumulative average: reads the count
+
+    with pytest.raises(LazyTensorError, match="num_batches_tracked"):
+        _trace(lambda x: bn(x), flow.randn(5, 4), modules={"bn": bn})
+    w = flow.ones(2)
+    seen = {}
+
+    def build(x):
+        seen["before"] = float(w.numpy().sum())  # NumPy on the host: no op is traced
+        return x + w
+
+    _trace(build, flow.ones(2))  # reading an unwritten eager tensor is fine
+    assert seen["before"] == 2.0
+    assert bn.num_batches_tracked.item() == 0  # eager again after tracing
