@@ -80,8 +80,9 @@ def _sgd_arrays(ctx, d, p, g, buf, lr, first, momentum, dampening, nesterov, wei
         if first:
             new_buf = prims.contiguous(g)
         else:
-            new_buf = prims.binary("add", prims.binary("mul", buf, _s(ctx, momentum, d)),
-                                   prims.binary("mul", _s(ctx, 1 - dampening, d), g))
+            # x * 1.0 is x exactly: skip it when there is no dampening (the common case)
+            scaled = g if dampening == 0 else prims.binary("mul", _s(ctx, 1 - dampening, d), g)
+            new_buf = prims.binary("add", prims.binary("mul", buf, _s(ctx, momentum, d)), scaled)
         g = (prims.binary("add", g, prims.binary("mul", _s(ctx, momentum, d), new_buf))
              if nesterov else new_buf)
     new_p = prims.binary("add", p, prims.binary("mul", _s(ctx, -lr, d), g))
