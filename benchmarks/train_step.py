@@ -1,16 +1,20 @@
 """Time per training step (forward, backward, optimizer) side by side in one run.
 
 Models: an MLP 784-256-10 (batch 64), the digits CNN (batch 64) and the small GPT of
-`sbpflow.examples.gpt` (batch 64); in sbpflow eager, torch eager, and for the MLP also in
-hand-written NumPy (the floor for our kernels).
+`sbpflow.examples.gpt` (batch 64); in sbpflow eager (async and SYNC VM), sbpflow `nn.Graph`,
+torch eager, torch.compile (the whole step; its compile time is printed too), and for the MLP
+also hand-written NumPy (the floor for our kernels).  Peak memory of one step (tracemalloc,
+which sees NumPy's allocations) is printed for sbpflow eager and graph.
 
-Run: python benchmarks/train_step.py [--threads N]
+Run: python benchmarks/train_step.py [--threads N] [--no-compile]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -19,6 +23,7 @@ from _common import after_import_pin, pin_threads, time_us  # noqa: E402
 parser = argparse.ArgumentParser()
 parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--min-time", type=float, default=1.0)
+parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 
@@ -82,6 +87,56 @@ def step_fn(lib, model, x, y, loss_fn):
     return step
 
 
+def graph_step_fn(model, x, y, loss_fn):
+    """The same step as one compiled nn.Graph: forward, backward and the SGD update."""
+    opt = flow.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    class TrainGraph(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = loss_fn(self.model(x), y)
+            loss.backward()
+            return loss
+
+    graph = TrainGraph()
+    return lambda: graph(x, y)
+
+
+def compiled_step_fn(model, x, y, loss_fn):
+    """torch.compile of the whole step; returns (step, compile seconds)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    @torch.compile
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    t0 = time.perf_counter()
+    step()
+    return step, time.perf_counter() - t0
+
+
+def peak_bytes(fn, sync) -> int:
+    """Peak traced bytes above the start while one step runs (after a warm-up step)."""
+    fn()
+    sync()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    fn()
+    sync()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
 def numpy_mlp_step(x, y_onehot):
     rng = np.random.default_rng(0)
     w1 = (rng.standard_normal((784, 256)) * 0.03).astype(np.float32)
@@ -120,6 +175,42 @@ def _both_modes(fn):
     return a, s
 
 
+def measure(name, make_flow, make_torch, loss_fns, numpy_step=None):
+    """One row: every implementation of the same step, timed side by side."""
+    torch.manual_seed(0)
+    flow.manual_seed(0)
+    f = make_flow()
+    fa, fs = _both_modes(step_fn(flow, f[0], f[1], f[2], loss_fns[0]))
+    mem_eager = peak_bytes(step_fn(flow, f[0], f[1], f[2], loss_fns[0]), flow.synchronize)
+    g = make_flow()
+    t0 = time.perf_counter()
+    gstep = graph_step_fn(g[0], g[1], g[2], loss_fns[0])
+    gstep()
+    flow.synchronize()
+    graph_compile = time.perf_counter() - t0
+    fg = time_us(gstep, args.min_time, sync=flow.synchronize)
+    mem_graph = peak_bytes(gstep, flow.synchronize)
+    t = make_torch()
+    te = time_us(step_fn(torch, t[0], t[1], t[2], loss_fns[1]), args.min_time)
+    tc = compile_s = None
+    if not args.no_compile:
+        t = make_torch()
+        cstep, compile_s = compiled_step_fn(t[0], t[1], t[2], loss_fns[1])
+        tc = time_us(cstep, args.min_time)
+    ns = time_us(numpy_step, args.min_time) if numpy_step else None
+    return dict(name=name, eager=fa, sync=fs, graph=fg, torch=te, compiled=tc, numpy=ns,
+                compile_s=compile_s, graph_compile_s=graph_compile, mem_eager=mem_eager,
+                mem_graph=mem_graph)
+
+
+def _ms(v):
+    return f"{v / 1e3:>9.2f}" if v is not None else f"{'-':>9}"
+
+
+def _ratio(a, b):
+    return f"{a / b:>9.2f}x" if a is not None and b is not None else f"{'-':>10}"
+
+
 def main():
     print(f"threads: {threads} (OMP/OpenBLAS/MKL pinned; torch.set_num_threads({threads}))")
     rng = np.random.default_rng(0)
@@ -127,39 +218,48 @@ def main():
 
     x = rng.standard_normal((64, 784)).astype(np.float32)
     y = rng.integers(0, 10, 64)
-    torch.manual_seed(0)
-    f = step_fn(flow, mlp(flow.nn), flow.tensor(x), flow.tensor(y),
-                flow.nn.functional.cross_entropy)
-    t = step_fn(torch, mlp(torch.nn), torch.tensor(x), torch.tensor(y),
-                torch.nn.functional.cross_entropy)
-    n = numpy_mlp_step(x, np.eye(10, dtype=np.float32)[y])
-    rows.append(("MLP 784-256-10", *_both_modes(f), time_us(t, args.min_time),
-                 time_us(n, args.min_time)))
+    ce = (flow.nn.functional.cross_entropy, torch.nn.functional.cross_entropy)
+    rows.append(measure(
+        "MLP 784-256-10",
+        lambda: (mlp(flow.nn), flow.tensor(x), flow.tensor(y)),
+        lambda: (mlp(torch.nn), torch.tensor(x), torch.tensor(y)),
+        ce, numpy_mlp_step(x, np.eye(10, dtype=np.float32)[y])))
 
     xi = rng.standard_normal((64, 1, 8, 8)).astype(np.float32)
-    f = step_fn(flow, DigitsCNN(), flow.tensor(xi), flow.tensor(y),
-                flow.nn.functional.cross_entropy)
-    t = step_fn(torch, torch_digits(), torch.tensor(xi), torch.tensor(y),
-                torch.nn.functional.cross_entropy)
-    rows.append(("digits CNN", *_both_modes(f), time_us(t, args.min_time), None))
+    rows.append(measure(
+        "digits CNN",
+        lambda: (DigitsCNN(), flow.tensor(xi), flow.tensor(y)),
+        lambda: (torch_digits(), torch.tensor(xi), torch.tensor(y)), ce))
 
     xs, ys = make_batch(rng, 64, 6)
 
-    def ce(lib):
+    def seq_ce(lib):
         return lambda logits, tgt: lib.nn.functional.cross_entropy(
             logits.reshape(-1, VOCAB), tgt.reshape(-1))
 
-    f = step_fn(flow, TinyGPT(block=13), flow.tensor(xs), flow.tensor(ys), ce(flow))
-    t = step_fn(torch, torch_gpt(13), torch.tensor(xs), torch.tensor(ys), ce(torch))
-    rows.append(("small GPT", *_both_modes(f), time_us(t, args.min_time), None))
+    rows.append(measure(
+        "small GPT",
+        lambda: (TinyGPT(block=13), flow.tensor(xs), flow.tensor(ys)),
+        lambda: (torch_gpt(13), torch.tensor(xs), torch.tensor(ys)),
+        (seq_ce(flow), seq_ce(torch))))
 
-    print(f"{'model':<16}{'async ms':>10}{'sync ms':>9}{'torch ms':>10}{'numpy ms':>10}"
-          f"{'async/sync':>11}{'async/torch':>12}{'async/numpy':>12}")
-    for name, fa, fs, ts, ns in rows:
-        ncol = f"{ns / 1e3:>10.2f}" if ns else f"{'-':>10}"
-        rcol = f"{fa / ns:>11.1f}x" if ns else f"{'-':>12}"
-        print(f"{name:<16}{fa / 1e3:>10.2f}{fs / 1e3:>9.2f}{ts / 1e3:>10.2f}{ncol}"
-              f"{fa / fs:>10.2f}x{fa / ts:>11.1f}x{rcol}")
+    print("ms per step")
+    print(f"{'model':<16}{'eager':>9}{'sync':>9}{'graph':>9}{'torch':>9}{'compile':>9}"
+          f"{'numpy':>9}{'graph/torch':>12}{'graph/comp':>11}{'graph/numpy':>12}"
+          f"{'eager/torch':>12}{'graph/eager':>12}")
+    for r in rows:
+        print(f"{r['name']:<16}{_ms(r['eager'])}{_ms(r['sync'])}{_ms(r['graph'])}"
+              f"{_ms(r['torch'])}{_ms(r['compiled'])}{_ms(r['numpy'])}"
+              f"{_ratio(r['graph'], r['torch']):>12}{_ratio(r['graph'], r['compiled']):>11}"
+              f"{_ratio(r['graph'], r['numpy']):>12}{_ratio(r['eager'], r['torch']):>12}"
+              f"{_ratio(r['graph'], r['eager']):>12}")
+    print("\npeak memory of one step (tracemalloc) and first-call times")
+    print(f"{'model':<16}{'eager KB':>10}{'graph KB':>10}{'graph/eager':>12}"
+          f"{'nn.Graph 1st call s':>21}{'torch.compile s':>17}")
+    for r in rows:
+        cs = f"{r['compile_s']:>17.2f}" if r["compile_s"] is not None else f"{'-':>17}"
+        print(f"{r['name']:<16}{r['mem_eager'] / 1024:>10.0f}{r['mem_graph'] / 1024:>10.0f}"
+              f"{r['mem_graph'] / r['mem_eager']:>11.2f}x{r['graph_compile_s']:>21.2f}{cs}")
 
 
 if __name__ == "__main__":
