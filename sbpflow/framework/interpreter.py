@@ -12,6 +12,8 @@ rewires the base through a `CopySlices` node, as torch does, so gradients stay r
 
 from __future__ import annotations
 
+from threading import get_ident
+
 import numpy as np
 
 from .._core.errors import op_error
@@ -54,7 +56,8 @@ def apply(opdef, inputs, attrs, device=None, generator=None):
     This is the hot path of eager mode: meta inference on the Python thread, one instruction
     to the VM, an autograd node when needed.  Keep it lean.
     """
-    if _apply_lazy is not None:  # inside nn.Graph.build(): record into the Job instead
+    if _apply_lazy is not None and get_ident() == _lazy_thread:
+        # inside nn.Graph.build() on the tracing thread: record into the Job instead
         return _apply_lazy(opdef, inputs, attrs, device, generator)
     attrs = opdef.bind_attrs(attrs)
     tensors = list(inputs[0]) if opdef.variadic else inputs
@@ -170,8 +173,8 @@ def _view_layout(opdef, src: Tensor, out_meta, attrs):
 
 def write_values(t: Tensor, value: Tensor, name: str) -> None:
     """Copy value's array into t's memory (an instruction writing t's storage)."""
-    if _assign_lazy is not None:  # inside nn.Graph.build(): an SSA rebind in the Job
-        _assign_lazy(t, value, name)
+    if _assign_lazy is not None and get_ident() == _lazy_thread:
+        _assign_lazy(t, value, name)  # inside nn.Graph.build(): an SSA rebind in the Job
         return
     prims = t._device.prims
     tb, vb = t._blob, value._blob
@@ -334,8 +337,8 @@ def _sbp_text(t: Tensor) -> str:
 
 def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
     """Write `value` (same shape and dtype as t) into t's memory, with autograd."""
-    if _assign_lazy is not None:  # inside nn.Graph.build(): an SSA rebind in the Job
-        return _assign_lazy(t, value, op)
+    if _assign_lazy is not None and get_ident() == _lazy_thread:
+        return _assign_lazy(t, value, op)  # inside nn.Graph.build(): an SSA rebind in the Job
     value = _match_global(op, t, value)
     if value._meta != t._meta:
         raise op_error(op, f"internal: value meta {value._meta} != target meta {t._meta}")
@@ -440,13 +443,16 @@ def _no_global(opdef, tensors, attrs, device, generator):
 _apply_global = _no_global
 _apply_lazy = None
 _assign_lazy = None
+_lazy_thread = None  # the thread tracing build(); eager ops of other threads stay eager
 
 
 def set_lazy_apply(fn) -> None:
     """Installed by graph tracing while `nn.Graph.build()` runs (None afterwards): the lazy
-    interpreter, which records ops into a Job instead of running them."""
-    global _apply_lazy
+    interpreter, which records the tracing thread's ops into a Job instead of running them.
+    Other threads keep running eagerly meanwhile (torch users train models on threads)."""
+    global _apply_lazy, _lazy_thread
     _apply_lazy = fn
+    _lazy_thread = get_ident() if fn is not None else None
 
 
 def set_lazy_assign(fn) -> None:

@@ -22,6 +22,7 @@ Rules (OneFlow's):
 from __future__ import annotations
 
 import contextlib
+from threading import get_ident
 
 from .._core.errors import op_error
 from ..autograd.grad_mode import is_grad_enabled
@@ -155,6 +156,7 @@ class Trace:
         self._n_captured = 0
         self.scopes: list[str] = []
         self.loc: tuple[str, int] | None = None  # set by passes: the loc of the ops they add
+        self._thread = get_ident()
 
     # -- installing -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -173,7 +175,7 @@ class Trace:
 
     def _check_host(self, t: Tensor) -> None:
         """A host read of an eager tensor during tracing: fine, unless build() wrote it."""
-        if self._eager_version.get(id(t)):
+        if self._eager_version.get(id(t)) and get_ident() == self._thread:
             raise LazyTensorError(
                 f"reading the values of an eager tensor ({self._var_of.get(id(t))}) at "
                 f"{_site()} after build() wrote it in place: its new value exists only when "

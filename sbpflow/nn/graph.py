@@ -15,7 +15,6 @@ and eager mode at any step and give the same result as one mode only.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import time
 from collections import OrderedDict
@@ -370,9 +369,7 @@ class Graph:
         if self._debug >= 1:
             def dump(name, j):
                 print(f"{self._name}: after pass {name}\n{j}")
-        skip = tuple(n for n in _passes.ORDER
-                     if importlib.util.find_spec(f"{_passes.__name__}.{n}") is None)
-        times = _passes.run_passes(job, dump=dump, skip=skip)
+        times = _passes.run_passes(job, dump=dump)
         t1 = time.perf_counter()
         runner = _runner_factory(job)
         compile_s = time.perf_counter() - t1

@@ -299,3 +299,34 @@ def test_host_read_of_an_eager_tensor_written_in_build_raises():
     _trace(build, flow.ones(2))  # reading an unwritten eager tensor is fine
     assert seen["before"] == 2.0
     assert bn.num_batches_tracked.item() == 0  # eager again after tracing
+
+
+def test_other_threads_stay_eager_while_build_traces():
+    """Tracing routes only the tracing thread's ops into the Job: a thread training eagerly
+    meanwhile gets real values (checked against NumPy), and the Job gets none of its ops."""
+    import threading
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    started, traced = threading.Event(), threading.Event()
+    result = {}
+
+    def eager_worker():
+        started.wait(10)
+        x = flow.tensor(a)
+        y = (x * 2.0 + 1.0).relu().sum(dim=1)
+        y.add_(1.0)
+        result["y"] = y.numpy()
+        traced.set()
+
+    def build(x):
+        started.set()
+        traced.wait(10)  # the other thread runs its eager ops while this one traces
+        return x.exp()
+
+    job = Job("threads")
+    th = threading.Thread(target=eager_worker)
+    th.start()
+    trace_build(job, build, (flow.tensor(a),), {}, {}, {})
+    th.join(10)
+    np.testing.assert_allclose(result["y"], (a * 2 + 1).clip(0).sum(1) + 1)
+    assert [op.op_type for op in job.ops] == ["input", "exp", "output"]
