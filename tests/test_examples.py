@@ -6,6 +6,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import torch
 
 import sbpflow as flow
@@ -95,3 +96,56 @@ def test_gpt_example_learns():
     assert last < 0.6 * first
     acc = gpt.sort_accuracy(model, np.random.default_rng(1), 4, n=32)
     assert 0.0 <= acc <= 1.0
+
+
+def _digits_losses(out, *flags):
+    from sbpflow.examples import digits
+
+    acc = digits.main(["--epochs", "1", "--batch-size", "128", "--out", out, *flags])
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    assert result["graph"] == ("--graph" in flags)
+    return acc, np.array(result["losses"])
+
+
+def test_digits_graph_mode_trains_and_resumes_like_eager(tmp_path):
+    # One epoch of 12 steps (the last batch is smaller: the training graph compiles a second
+    # plan), then --resume from the checkpoint for another; eager mode is the oracle.
+    eager, graph = str(tmp_path / "eager"), str(tmp_path / "graph")
+    acc_e, loss_e = _digits_losses(eager)
+    acc_g, loss_g = _digits_losses(graph, "--graph")
+    assert len(loss_g) == len(loss_e) == 12
+    np.testing.assert_allclose(loss_g, loss_e, rtol=1e-5, atol=1e-6)
+    assert abs(acc_g - acc_e) <= 1 / 360  # at most one of the 360 test digits differs
+    acc_e, loss_e = _digits_losses(eager, "--resume")
+    acc_g, loss_g = _digits_losses(graph, "--resume", "--graph")
+    np.testing.assert_allclose(loss_g, loss_e, rtol=1e-5, atol=1e-6)
+    assert loss_g[-1] < 0.5 and acc_g > 0.9 and abs(acc_g - acc_e) <= 1 / 360
+    assert flow.load(os.path.join(graph, "checkpoint.safetensors"))["epoch"] == 2
+
+
+def _gpt_losses(capsys, *flags):
+    from sbpflow.examples import gpt
+
+    acc = gpt.main(["--steps", "8", "--length", "4", "--batch-size", "16", "--log-every", "1",
+                    *flags])
+    lines = [ln.split() for ln in capsys.readouterr().out.splitlines()]
+    losses = [float(ln[3]) for ln in lines if ln and ln[0] == "step"]
+    assert len(losses) == 8
+    return acc, np.array(losses)
+
+
+def test_gpt_graph_mode_gives_the_eager_losses(capsys):
+    # Clipping (the group's clip_grad_max_norm) and the cosine schedule (lr_sch) in the graph.
+    acc_e, eager = _gpt_losses(capsys)
+    acc_g, graph = _gpt_losses(capsys, "--graph")
+    assert eager[-1] < eager[0]
+    np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=2e-6)
+    assert abs(acc_g - acc_e) <= 1 / 256  # generation is eager: same weights up to rounding
+
+
+def test_graph_flag_refuses_global_tensors():
+    from sbpflow.examples import gpt
+
+    with pytest.raises(NotImplementedError, match="global tensors"):
+        gpt.main(["--steps", "1", "--graph", "--global"])
