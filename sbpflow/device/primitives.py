@@ -185,8 +185,13 @@ class Primitives:
     def unary(self, op: str, x):
         return _arr(_UNARY[op](x))
 
-    def binary(self, op: str, a, b):
+    def binary(self, op: str, a, b, out=None):
+        """`out`: an array of the result's shape and dtype to write into (it may be an input's
+        memory: an elementwise op reads each element before writing it); returned."""
         f = _BINARY[op]
+        if out is not None:
+            f(a, b, out=out)
+            return out
         if getattr(a, "nbytes", 0) >= LARGE or getattr(b, "nbytes", 0) >= LARGE:
             # Large results go into a cached buffer instead of freshly faulted-in memory.
             a, b = np.asarray(a), np.asarray(b)

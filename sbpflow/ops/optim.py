@@ -69,7 +69,9 @@ def _sgd_meta(p, g, *rest, momentum=0.0, **_):
 
 
 def _sgd_arrays(ctx, d, p, g, buf, lr, first, momentum, dampening, nesterov, weight_decay,
-                maximize):
+                maximize, p_out=None, buf_out=None):
+    """The new param and buffer; written into `p_out`/`buf_out` when given (they may be the
+    memory of `p`/`buf`: every element is read before it is written)."""
     prims = ctx.prims
     if maximize:
         g = prims.unary("neg", g)
@@ -78,27 +80,31 @@ def _sgd_arrays(ctx, d, p, g, buf, lr, first, momentum, dampening, nesterov, wei
     new_buf = None
     if momentum != 0:
         if first:
-            new_buf = prims.contiguous(g)
+            new_buf = prims.contiguous(g) if buf_out is None else prims.copy(buf_out, g)
         else:
             # x * 1.0 is x exactly: skip it when there is no dampening (the common case)
             scaled = g if dampening == 0 else prims.binary("mul", _s(ctx, 1 - dampening, d), g)
-            new_buf = prims.binary("add", prims.binary("mul", buf, _s(ctx, momentum, d)), scaled)
+            new_buf = prims.binary("mul", buf, _s(ctx, momentum, d), out=buf_out)
+            new_buf = prims.binary("add", new_buf, scaled, out=new_buf)  # ours to overwrite
         g = (prims.binary("add", g, prims.binary("mul", _s(ctx, momentum, d), new_buf))
              if nesterov else new_buf)
-    new_p = prims.binary("add", p, prims.binary("mul", _s(ctx, -lr, d), g))
+    step = prims.binary("mul", _s(ctx, -lr, d), g)
+    new_p = prims.binary("add", p, step, out=step if p_out is None else p_out)
     return new_p, new_buf
 
 
 def _sgd_kernel(ctx, p, g, *rest, momentum=0.0, dampening=0.0, nesterov=False,
-                weight_decay=0.0, maximize=False):
+                weight_decay=0.0, maximize=False, out=None):
     d = ctx.out_metas[0].dtype
     if momentum != 0:
         buf, lr, first = rest
         first = _host(ctx, first) != 0
+        p_out, buf_out = out if out is not None else (None, None)
     else:
         (lr,), buf, first = rest, None, False
+        p_out, buf_out = out, None
     new_p, new_buf = _sgd_arrays(ctx, d, p, g, buf, _host(ctx, lr), first, momentum,
-                                 dampening, nesterov, weight_decay, maximize)
+                                 dampening, nesterov, weight_decay, maximize, p_out, buf_out)
     return (new_p, new_buf) if momentum != 0 else new_p
 
 
@@ -132,13 +138,22 @@ def _sgd_samples(rng):
     ]
 
 
+def _sgd_update_kernel(ctx, ts, out=None, **a):
+    return _sgd_kernel(ctx, *ts, out=out, **a)
+
+
+# The graph runtime may pass `out=`: (param, momentum_buffer) arrays or None each (a single
+# array without momentum), possibly the inputs' own memory, to update the variables in place.
+_sgd_update_kernel.accepts_out = True
+_sgd_update_kernel.out_may_alias_inputs = True
+
 register(OpDef(
     "sgd_update",
     inputs=("*tensors",),  # param, grad[, momentum_buffer], lr[, first]
     outputs=("param", "momentum_buffer"),
     attrs=dict(_SGD_ATTRS),
     infer_meta=_sgd_meta,
-    kernel=lambda ctx, ts, **a: _sgd_kernel(ctx, *ts, **a),
+    kernel=_sgd_update_kernel,
     reference=lambda torch, ts, **a: _torch_sgd(torch, *ts, **a),
     samples=lambda rng: [Sample(list(s.inputs), grad=False, **s.attrs)
                          for s in _sgd_samples(rng)],
@@ -164,44 +179,51 @@ def _adam_meta(p, g, m, v, *rest, amsgrad=False, **_):
 
 
 def _adam_arrays(ctx, d, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_decay,
-                 decoupled_weight_decay, amsgrad, maximize):
+                 decoupled_weight_decay, amsgrad, maximize, outs=(None, None, None, None)):
+    """The new param and states; written into `outs` (param, m, v, vmax arrays or None) when
+    given (they may be the inputs' memory: every element is read before it is written)."""
     prims = ctx.prims
+    p_out, m_out, v_out, vmax_out = outs
     if maximize:
         g = prims.unary("neg", g)
     if weight_decay != 0:
         if decoupled_weight_decay:
-            p = prims.binary("mul", p, _s(ctx, 1 - lr * weight_decay, d))
+            p = prims.binary("mul", p, _s(ctx, 1 - lr * weight_decay, d), out=p_out)
         else:
             g = prims.binary("add", g, prims.binary("mul", _s(ctx, weight_decay, d), p))
     w = 1 - beta1  # lerp(m, g, w), torch's two-sided formula
     diff = prims.binary("sub", g, m)
     if abs(w) < 0.5:
-        m = prims.binary("add", m, prims.binary("mul", _s(ctx, w, d), diff))
+        m = prims.binary("add", m, prims.binary("mul", _s(ctx, w, d), diff), out=m_out)
     else:
-        m = prims.binary("sub", g, prims.binary("mul", diff, _s(ctx, 1 - w, d)))
-    v = prims.binary("add", prims.binary("mul", v, _s(ctx, beta2, d)),
-                     prims.binary("mul", prims.binary("mul", _s(ctx, 1 - beta2, d), g), g))
+        m = prims.binary("sub", g, prims.binary("mul", diff, _s(ctx, 1 - w, d)), out=m_out)
+    gg = prims.binary("mul", prims.binary("mul", _s(ctx, 1 - beta2, d), g), g)
+    v = prims.binary("mul", v, _s(ctx, beta2, d), out=v_out)
+    v = prims.binary("add", v, gg, out=v)  # v is v_out or a fresh array
     bias_correction1 = 1 - beta1 ** step
     bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
     step_size = lr / bias_correction1
     if amsgrad:
-        vmax = prims.binary("maximum", vmax, v)
+        vmax = prims.binary("maximum", vmax, v, out=vmax_out)
     denom = prims.binary("add", prims.binary("div", prims.unary("sqrt", vmax if amsgrad else v),
                                              _s(ctx, bias_correction2_sqrt, d)),
                          _s(ctx, eps, d))
     p = prims.binary("add", p, prims.binary("mul", _s(ctx, -step_size, d),
-                                            prims.binary("div", m, denom)))
+                                            prims.binary("div", m, denom)), out=p_out)
     return p, m, v, vmax
 
 
-def _adam_kernel(ctx, p, g, m, v, *rest, amsgrad=False, **attrs):
+def _adam_kernel(ctx, p, g, m, v, *rest, amsgrad=False, out=None, **attrs):
     d = ctx.out_metas[0].dtype
     vmax = rest[0] if amsgrad else None
     step, lr = rest[-2:]
     sd = ctx.out_metas[-1].dtype
-    new_step = ctx.prims.binary("add", step, _s(ctx, 1, sd))
+    if out is None:
+        out = (None,) * (5 if amsgrad else 4)
+    outs = tuple(out[:4]) if amsgrad else (*out[:3], None)
+    new_step = ctx.prims.binary("add", step, _s(ctx, 1, sd), out=out[-1])
     p, m, v, vmax = _adam_arrays(ctx, d, p, g, m, v, vmax, _host(ctx, new_step),
-                                 _host(ctx, lr), amsgrad=amsgrad, **attrs)
+                                 _host(ctx, lr), amsgrad=amsgrad, outs=outs, **attrs)
     return (p, m, v, vmax, new_step) if amsgrad else (p, m, v, new_step)
 
 
@@ -241,13 +263,21 @@ def _adam_samples(rng):
     ]
 
 
+def _adam_update_kernel(ctx, ts, out=None, **a):
+    return _adam_kernel(ctx, *ts, out=out, **a)
+
+
+# `out=`: an array or None per output, possibly the inputs' own memory (see sgd_update).
+_adam_update_kernel.accepts_out = True
+_adam_update_kernel.out_may_alias_inputs = True
+
 register(OpDef(
     "adam_update",
     inputs=("*tensors",),  # param, grad, exp_avg, exp_avg_sq[, max_exp_avg_sq], step, lr
     outputs=("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"),
     attrs=dict(_ADAM_ATTRS),
     infer_meta=_adam_meta,
-    kernel=lambda ctx, ts, **a: _adam_kernel(ctx, *ts, **a),
+    kernel=_adam_update_kernel,
     reference=lambda torch, ts, **a: _torch_adam(torch, *ts, **a),
     samples=_adam_samples,
     doc="One Adam/AdamW step of one parameter (torch's formula); outputs param, exp_avg, "
@@ -268,16 +298,24 @@ def _multi(name, single_meta, single_kernel, per_of, shared_of):
         blocks, shared = _blocks(name, metas, n, per_of(attrs), shared_of(attrs))
         return tuple(m for b in blocks for m in single_meta(*b, *shared, **attrs))
 
-    def kernel(ctx, ts, n=1, **attrs):
+    def kernel(ctx, ts, n=1, out=None, **attrs):
         blocks, shared = _blocks(name, ts, n, per_of(attrs), shared_of(attrs))
         metas = ctx.out_metas
         k = len(metas) // n
-        out = []
+        if out is not None and not isinstance(out, tuple):
+            out = (out,)  # the runtime passes a lone output's array bare
+        res_all = []
         for i, b in enumerate(blocks):
             sub = _Sub(ctx, metas[i * k:(i + 1) * k])
-            res = single_kernel(sub, *b, *shared, **attrs)
-            out.extend(res if isinstance(res, tuple) else (res,))
-        return tuple(out)
+            o = None
+            if out is not None and any(x is not None for x in out[i * k:(i + 1) * k]):
+                o = out[i * k:(i + 1) * k] if k > 1 else out[i * k]
+            res = single_kernel(sub, *b, *shared, out=o, **attrs)
+            res_all.extend(res if isinstance(res, tuple) else (res,))
+        return tuple(res_all)
+
+    kernel.accepts_out = True  # per output an array or None, as the single-tensor kernel
+    kernel.out_may_alias_inputs = True
 
     return meta, kernel
 
