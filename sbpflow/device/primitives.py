@@ -182,8 +182,20 @@ class Primitives:
         return x
 
     # -- elementwise --------------------------------------------------------------------
-    def unary(self, op: str, x):
-        return _arr(_UNARY[op](x))
+    def unary(self, op: str, x, out=None):
+        """`out`: an array of the result's shape and dtype to write into (it may be x's
+        memory); returned."""
+        if op == "erf":  # its work buffers come from (and go back to) the cache
+            r = _erf(x, self.allocator).astype(x.dtype, copy=False)
+            return _arr(r) if out is None else self.copy(out, r)
+        f = _UNARY[op]
+        if out is None:
+            return _arr(f(x))
+        if isinstance(f, np.ufunc):
+            f(x, out=out)
+        else:
+            np.copyto(out, f(x))
+        return out
 
     def binary(self, op: str, a, b, out=None):
         """`out`: an array of the result's shape and dtype to write into (it may be an input's

@@ -61,26 +61,60 @@ _AS_P = 0.3275911
 _AS_A = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
 
 
-def _erf_single(x: np.ndarray) -> np.ndarray:
+def _erf_single(x: np.ndarray, allocator=None) -> np.ndarray:
+    # The same float32 operations, in the same order, as the formula
+    #   far  = copysign(1 - ((A0 t + A1) t + ... + A4) t exp(-a a), x),  t = 1 / (1 + P a)
+    #   near = x ((C6 u + C5) u + ... + C0),  u = x x
+    # but written in place into a few buffers (from `allocator` when given, the scratch ones
+    # handed back at the end): a fresh array per step made the page faults of new memory cost
+    # more than the arithmetic on large activations.
     x = x.astype(np.float32, copy=False)
-    a = np.abs(x)
-    t = np.float32(1.0) / (np.float32(1.0) + np.float32(_AS_P) * a)
-    poly = np.float32(_AS_A[0])
+    if x.ndim == 0:  # NumPy gives scalars for 0-d operands: work on one element
+        return _erf_single(x.reshape(1)).reshape(())
+    f32 = np.float32
+
+    def new(dtype=np.float32):
+        if allocator is None:
+            return np.empty(x.shape, dtype)
+        return allocator.empty(x.shape, dtype)
+
+    a = np.abs(x, out=new())
+    small = np.less(a, f32(_SMALL), out=new(np.bool_))
+    t = np.multiply(a, f32(_AS_P), out=new())
+    t += f32(1.0)
+    np.divide(f32(1.0), t, out=t)
+    far = np.multiply(t, f32(_AS_A[0]), out=new())
     for coeff in _AS_A[1:]:
-        poly = poly * t + np.float32(coeff)
-    far = np.copysign(np.float32(1.0) - poly * t * np.exp(-a * a), x)
-    u = x * x
-    near = np.float32(_SMALL_COEFFS[6])
-    for coeff in _SMALL_COEFFS[5::-1]:
-        near = near * u + np.float32(coeff)
-    return np.where(a < np.float32(_SMALL), x * near, far)
+        far += f32(coeff)
+        far *= t
+    e = np.multiply(a, a, out=a)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    far *= e
+    np.subtract(f32(1.0), far, out=far)
+    np.copysign(far, x, out=far)
+    u = np.multiply(x, x, out=t)  # t and e are done with
+    near = np.multiply(u, f32(_SMALL_COEFFS[6]), out=e)
+    for k in range(5, -1, -1):
+        near += f32(_SMALL_COEFFS[k])
+        if k:
+            near *= u
+    near *= x
+    np.copyto(far, near, where=small)
+    if allocator is not None:
+        scratch = [a, t, small]
+        del a, t, e, u, near, small
+        while scratch:
+            allocator.free_last(scratch)
+    return far
 
 
-def erf(x: np.ndarray) -> np.ndarray:
+def erf(x: np.ndarray, allocator=None) -> np.ndarray:
     """The error function for a real array: float64 inputs to a few 1e-16 relative error,
-    narrower floats to float32 precision."""
+    narrower floats to float32 precision.  `allocator` (a CachingAllocator): where float32
+    work buffers come from and go back to."""
     if x.dtype != np.float64:
-        return _erf_single(x)
+        return _erf_single(x, allocator)
     x = np.asarray(x, dtype=np.float64)
     a = np.abs(x)
     out = np.empty_like(x)

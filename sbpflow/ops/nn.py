@@ -63,8 +63,13 @@ class _Prims:
     def div(self, a, b):
         return self.bin("div", a, b)
 
-    def u(self, name, x):
-        return self.p.unary(name, x)
+    def u(self, name, x, out=None):
+        return self.p.unary(name, x, out=out)
+
+    def to(self, name, a, b, out):
+        """a (op) b written into `out` (a fresh array of the kernel's, or an operand's memory
+        it may overwrite); returns out."""
+        return self.p.binary(name, self.c(a), self.c(b), out=out)
 
     def where(self, cond, a, b):
         return self.p.where(cond, self.c(a), self.c(b))
@@ -350,7 +355,16 @@ def _gelu_fwd(k, x, approximate):
     if approximate == "tanh":
         inner = k.mul(k.add(x, k.mul(k.mul(k.mul(x, x), x), _GELU_KAPPA)), _GELU_BETA)
         return k.mul(k.mul(x, 0.5), k.add(k.u("tanh", inner), 1.0))
-    return k.mul(k.mul(x, 0.5), k.add(k.u("erf", k.mul(x, _SQRT1_2)), 1.0))
+    # (x * 0.5) * (erf(x * sqrt(1/2)) + 1), each step into a buffer of its own (fresh
+    # arrays per step cost page faults on large activations)
+    xc = k.mul(x, _SQRT1_2)
+    r = k.u("erf", xc)  # a fresh array
+    r = k.to("add", r, 1.0, r)
+    r = k.to("mul", k.to("mul", x, 0.5, xc), r, r)
+    scratch = [xc]
+    del xc
+    k.p.release(scratch)  # back to the cache (when it came from there)
+    return r
 
 
 _register_activation(
@@ -383,9 +397,18 @@ def _gelu_grad_kernel(ctx, dy, x, approximate):
         d_inner = k.mul(k.add(k.mul(x_sq, 3.0 * _GELU_KAPPA), 1.0), _GELU_BETA)
         right = k.mul(k.mul(k.mul(x, 0.5), k.sub(1.0, k.mul(t, t))), d_inner)
         return _finish(ctx, k.mul(dy, k.add(left, right)))
-    cdf = k.mul(k.add(k.u("erf", k.mul(x, _SQRT1_2)), 1.0), 0.5)
-    pdf = k.mul(k.u("exp", k.mul(k.mul(x, x), -0.5)), _INV_SQRT_2PI)
-    return _finish(ctx, k.mul(dy, k.add(cdf, k.mul(x, pdf))))
+    # dy * (cdf + x * pdf), cdf = (erf(x sqrt(1/2)) + 1) * 0.5, pdf = exp(x x * -0.5) / sqrt(2
+    # pi); in two buffers (see _gelu_fwd)
+    buf = k.mul(x, _SQRT1_2)
+    cdf = k.u("erf", buf)  # a fresh array
+    cdf = k.to("mul", k.to("add", cdf, 1.0, cdf), 0.5, cdf)
+    pdf = k.to("mul", k.to("mul", x, x, buf), -0.5, buf)
+    pdf = k.to("mul", k.u("exp", pdf, out=pdf), _INV_SQRT_2PI, pdf)
+    r = k.to("add", cdf, k.to("mul", x, pdf, pdf), cdf)
+    scratch = [buf]
+    del buf, pdf
+    k.p.release(scratch)  # back to the cache (when it came from there)
+    return _finish(ctx, k.to("mul", dy, r, r))
 
 
 def _gelu_second_derivative(x, approximate):
