@@ -4,7 +4,8 @@ Models: an MLP 784-256-10 (batch 64), the digits CNN (batch 64) and the small GP
 `sbpflow.examples.gpt` (batch 64); in sbpflow eager (async and SYNC VM), sbpflow `nn.Graph`,
 torch eager, torch.compile (the whole step; its compile time is printed too), and for the MLP
 also hand-written NumPy (the floor for our kernels).  Peak memory of one step (tracemalloc,
-which sees NumPy's allocations) is printed for sbpflow eager and graph.
+which sees NumPy's allocations, with the caching allocator emptied first; for the graph plus
+its planned blocks) is printed for sbpflow eager and graph.
 
 Run: python benchmarks/train_step.py [--threads N] [--no-compile]
 """
@@ -103,7 +104,12 @@ def graph_step_fn(model, x, y, loss_fn):
             return loss
 
     graph = TrainGraph()
-    return lambda: graph(x, y)
+
+    def step():
+        return graph(x, y)
+
+    step.graph = graph
+    return step
 
 
 def compiled_step_fn(model, x, y, loss_fn):
@@ -123,10 +129,14 @@ def compiled_step_fn(model, x, y, loss_fn):
     return step, time.perf_counter() - t0
 
 
-def peak_bytes(fn, sync) -> int:
-    """Peak traced bytes above the start while one step runs (after a warm-up step)."""
+def peak_bytes(fn, sync, held=lambda: 0) -> int:
+    """Peak bytes one step needs (after a warm-up step): tracemalloc's peak above the start
+    while the step runs, with the device's caching allocator emptied first (else eager's
+    reuse of cached buffers hides its working memory from tracemalloc), plus `held()`: memory
+    set aside before the step for its use (nn.Graph's planned blocks and input slots)."""
     fn()
     sync()
+    flow.device("cpu").prims.allocator.clear()
     tracemalloc.start()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
@@ -134,7 +144,29 @@ def peak_bytes(fn, sync) -> int:
     sync()
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
-    return peak
+    return peak + held()
+
+
+def graph_held_bytes(gstep) -> int:
+    """Memory the graph's runtime set aside for a step: its input register slots, and the
+    pages of its planned blocks that kernels write (the block is `np.empty`, so the OS backs
+    only the pages touched: the ranges of the tensors a kernel writes in place there)."""
+    rt = gstep.graph._last.runner
+    page = 4096
+    n = 0
+    for name, chain in rt.chains.items():
+        if name not in rt.blocks:
+            continue
+        pages = set()
+        for t in chain.planned:
+            off, size = rt.plan.tensors[t].mem
+            pages.update(range(off // page, (off + size + page - 1) // page))
+        n += len(pages) * page
+    for reg in rt.registers.values():
+        for slot in reg.slots:
+            if slot.persistent:
+                n += sum(a.nbytes for a in slot.arrays)
+    return n
 
 
 def numpy_mlp_step(x, y_onehot):
@@ -189,7 +221,7 @@ def measure(name, make_flow, make_torch, loss_fns, numpy_step=None):
     flow.synchronize()
     graph_compile = time.perf_counter() - t0
     fg = time_us(gstep, args.min_time, sync=flow.synchronize)
-    mem_graph = peak_bytes(gstep, flow.synchronize)
+    mem_graph = peak_bytes(gstep, flow.synchronize, lambda: graph_held_bytes(gstep))
     t = make_torch()
     te = time_us(step_fn(torch, t[0], t[1], t[2], loss_fns[1]), args.min_time)
     tc = compile_s = None
