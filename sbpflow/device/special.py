@@ -93,17 +93,21 @@ def _erf_single(x: np.ndarray, allocator=None) -> np.ndarray:
     far *= e
     np.subtract(f32(1.0), far, out=far)
     np.copysign(far, x, out=far)
-    u = np.multiply(x, x, out=t)  # t and e are done with
-    near = np.multiply(u, f32(_SMALL_COEFFS[6]), out=e)
+    # The series only where |x| < 1/2: gathered, then scattered back (a masked copy costs
+    # more than the gather and scatter, whatever the share of small |x|).
+    idx = np.flatnonzero(small)
+    xs = x.ravel()[idx]
+    u = np.multiply(xs, xs)
+    near = np.multiply(u, f32(_SMALL_COEFFS[6]))
     for k in range(5, -1, -1):
         near += f32(_SMALL_COEFFS[k])
         if k:
             near *= u
-    near *= x
-    np.copyto(far, near, where=small)
+    near *= xs
+    far.ravel()[idx] = near
     if allocator is not None:
         scratch = [a, t, small]
-        del a, t, e, u, near, small
+        del a, t, e, u, near, small, xs
         while scratch:
             allocator.free_last(scratch)
     return far
