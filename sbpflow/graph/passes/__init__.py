@@ -12,7 +12,8 @@ import time
 
 # (name, module): the order matters.  autograd turns `loss.backward()` into gradient ops;
 # optimizer adds the update ops; the cleanups then see the whole step; fusion runs on the
-# cleaned Job; memory planning runs last, on the final tensors and order.
+# cleaned Job; reshapes of contiguous results become views; memory planning runs last, on the
+# final tensors and order.
 ORDER = (
     "autograd",
     "optimizer",
@@ -20,6 +21,7 @@ ORDER = (
     "cse",
     "dce",
     "fuse_elementwise",
+    "reshape_view",
     "memory_plan",
 )
 
