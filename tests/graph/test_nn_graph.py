@@ -219,6 +219,31 @@ def test_new_shape_or_mode_recompiles_and_caches():
     assert len(g._cache) == 3
 
 
+def test_compiling_pauses_the_gc_and_restores_its_state():
+    import gc
+
+    seen = []
+
+    class Probe(EvalGraph):
+        def build(self, x):
+            seen.append(gc.isenabled())
+            return self.model(x)
+
+    g = Probe(_mlp())
+    assert gc.isenabled()
+    g(flow.randn(6, 6))
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        g(flow.randn(3, 6))  # a new plan: the GC stays off after it as before
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        g(flow.randn(3, 7))  # a build() error: the GC is on again
+    assert gc.isenabled()
+
+
 def test_state_dict_layout_and_round_trip():
     xs, ys = _data(steps=2)
     m = _mlp()

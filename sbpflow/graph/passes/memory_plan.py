@@ -9,15 +9,29 @@ memory), constants (they hold their own arrays), and outputs of view ops (they a
 input, whose lifetime is stretched to the view's last use instead; views of views follow the
 chain to the root).
 
-Offsets in one memory block are placed best-fit, as OneFlow does, under two orderings
-(largest first, longest-lived first); the smaller block wins.  Each placed tensor gets
+Offsets in one memory block are placed by a sweep over time: tensors are taken in order of
+their producer (the largest first among one op's outputs); before an op's outputs are placed,
+the memory of every tensor whose last reader came earlier goes back to a free list (free ranges
+keyed by both ends, so neighbours coalesce in O(1), and a list sorted by size for best fit,
+searched with `bisect`); each tensor takes the smallest free range that holds it, else grows
+the block from its top.  That is O(n log n) in the number of tensors (bar the list moves of
+`bisect.insort`, which are memmoves).  The sweep runs forward and backward in time (lifetimes
+overlap the same either way), each also with short-lived tensors at the high end of their
+range; it stops at the first plan whose block equals the peak (no plan can be smaller).  If
+none does and the Job is small (at most `BEST_FIT_MAX` planned tensors), OneFlow's best fit
+over all tensors, largest first, is tried as well (it sees the future, so it fragments less,
+but costs O(n^2)).  The smallest block wins.  Each placed tensor gets
 `mem = (offset, nbytes)` with offsets aligned to `ALIGN` bytes.  `job.stats` reports
 `mem_block_bytes` (the block), `peak_bytes` (the most bytes live at once: a lower bound for any
-block), `naive_bytes` (every tensor in memory of its own) and `mem_plan_order` (the ordering
-that won).  Sizes are per rank: a split axis holds its largest piece.
+block), `naive_bytes` (every tensor in memory of its own) and `mem_plan_order` (the placement
+that won: `sweep`, `sweep-reversed`, either with `-short-high`, or `size`).  Sizes are per
+rank: a split axis holds its largest piece.
 """
 
 from __future__ import annotations
+
+import bisect
+import math
 
 import numpy as np
 
@@ -25,6 +39,11 @@ from ...ops import registry
 from ...sbp import Split
 
 ALIGN = 64
+# Best fit over all tensors (quadratic) is tried only up to this many planned tensors, and only
+# when no sweep reaches the peak.
+BEST_FIT_MAX = 256
+# With `short_high`, tensors that live at most this many ops go to the high end of their range.
+SHORT_LIFE = 8
 
 
 def _aligned(n: int) -> int:
@@ -33,15 +52,14 @@ def _aligned(n: int) -> int:
 
 def _local_nbytes(t) -> int:
     """Bytes of the largest piece of tensor t a rank holds."""
-    shape = list(t.shape)
-    hierarchy = t.placement.hierarchy if t.placement is not None else ()
-    for axis_size, s in zip(hierarchy, t.sbp, strict=False):
-        if isinstance(s, Split) and axis_size > 1:
-            shape[s.axis] = -(-shape[s.axis] // axis_size)
-    n = t.dtype.itemsize
-    for d in shape:
-        n *= d
-    return n
+    shape = t.meta.shape
+    if any(isinstance(s, Split) for s in t.sbp):
+        shape = list(shape)
+        hierarchy = t.placement.hierarchy if t.placement is not None else ()
+        for axis_size, s in zip(hierarchy, t.sbp, strict=False):
+            if isinstance(s, Split) and axis_size > 1:
+                shape[s.axis] = -(-shape[s.axis] // axis_size)
+    return t.meta.dtype.itemsize * math.prod(shape)
 
 
 def _is_view(op_type: str) -> bool:
@@ -102,15 +120,20 @@ def run(job) -> None:
     np.add.at(delta, e + 1, -size)
     peak = int(np.cumsum(delta).max())
 
-    orders = {
-        "size": np.lexsort((s, -size)),  # largest first, earlier first among equals
-        "lifetime": np.lexsort((-size, s, -(e - s))),  # longest-lived first
-    }
     best = None
-    for label, order in orders.items():
-        offsets, block = _best_fit(order, s, e, size)
-        if best is None or block < best[1]:
-            best = (offsets, block, label)
+    for label, (s_, e_) in (("sweep", (s, e)), ("sweep-reversed", (end - e, end - s))):
+        for short_high in (False, True):
+            offsets, block = _sweep(s_, e_, size, short_high)
+            if best is None or block < best[1]:
+                best = (offsets, block, label + ("-short-high" if short_high else ""))
+            if best[1] <= peak:
+                break
+        if best[1] <= peak:
+            break
+    if best[1] > peak and len(names) <= BEST_FIT_MAX:
+        offsets, block = _best_fit(np.lexsort((s, -size)), s, e, size)
+        if block < best[1]:
+            best = (offsets, block, "size")
     offsets, block, label = best
     for k, n in enumerate(names):
         job.tensors[n].mem = (int(offsets[k]), int(nbytes[k]))
@@ -118,24 +141,91 @@ def run(job) -> None:
                      naive_bytes=int(size.sum()), mem_plan_order=label)
 
 
+def _sweep(s, e, size, short_high=False):
+    """Place tensors in order of start (ends inclusive): free what died before, then best fit
+    among the free ranges, else on top.  Returns (offsets, block)."""
+    n = len(s)
+    offsets = [0] * n
+    starts, ends, sizes = s.tolist(), e.tolist(), size.tolist()
+    order = np.lexsort((-size, s)).tolist()
+    by_end = np.argsort(e, kind="stable").tolist()
+    free_end: dict[int, int] = {}  # free range start -> its end
+    free_start: dict[int, int] = {}  # free range end -> its start
+    by_size: list[tuple[int, int]] = []  # (length, start) of every free range, sorted
+    insort, bisect_left = bisect.insort, bisect.bisect_left
+
+    def take(a, b):
+        del free_end[a], free_start[b]
+        del by_size[bisect_left(by_size, (b - a, a))]
+
+    def give(a, b):
+        free_end[a] = b
+        free_start[b] = a
+        insort(by_size, (b - a, a))
+
+    block = 0
+    j = 0
+    for k in order:
+        t = starts[k]
+        while j < n and ends[by_end[j]] < t:  # memory of tensors dead before t goes back
+            i = by_end[j]
+            j += 1
+            if sizes[i]:
+                a, b = offsets[i], offsets[i] + sizes[i]
+                if b in free_end:
+                    nb = free_end[b]
+                    take(b, nb)
+                    b = nb
+                if a in free_start:
+                    na = free_start[a]
+                    take(na, a)
+                    a = na
+                give(a, b)
+        sz = sizes[k]
+        if not sz:
+            continue
+        g = bisect_left(by_size, (sz, -1))
+        if g < len(by_size):  # the smallest free range that fits
+            length, a = by_size[g]
+            b = a + length
+            take(a, b)
+            if short_high and ends[k] - t <= SHORT_LIFE:
+                off = b - sz
+                if length > sz:
+                    give(a, off)
+            else:
+                off = a
+                if length > sz:
+                    give(a + sz, b)
+        elif block in free_start:  # the free range at the top grows
+            off = free_start[block]
+            take(off, block)
+            block = off + sz
+        else:
+            off = block
+            block += sz
+        offsets[k] = off
+    return np.array(offsets, dtype=np.int64), block
+
+
 def _best_fit(order, s, e, size):
     """Place tensors in `order`: each goes into the smallest gap, among the tensors already
     placed whose lifetimes overlap its own, that fits it; else on top of them."""
     n = len(order)
     offsets = np.zeros(n, dtype=np.int64)
-    placed = np.zeros(n, dtype=bool)
     block = 0
-    for k in order:
-        sz = size[k]
+    order = np.asarray(order)
+    so, eo, zo = s[order], e[order], size[order]  # in placing order: placed = a prefix
+    off_o = np.zeros(n, dtype=np.int64)
+    for p in range(n):
+        sz = zo[p]
         if sz == 0:
-            placed[k] = True
             continue
-        overlap = placed & (s <= e[k]) & (e >= s[k]) & (size > 0)
-        idx = np.nonzero(overlap)[0]
+        idx = np.nonzero((so[:p] <= eo[p]) & (eo[:p] >= so[p]) & (zo[:p] > 0))[0]
         off = 0
         if len(idx):
-            lo = offsets[idx]
-            hi = lo + size[idx]
+            lo = off_o[idx]
+            hi = lo + zo[idx]
             o = np.argsort(lo, kind="stable")
             lo, hi = lo[o], hi[o]
             reach = np.maximum.accumulate(hi)  # highest end below each start, inclusive
@@ -147,7 +237,7 @@ def _best_fit(order, s, e, size):
                 off = int(gap_start[g])
             else:
                 off = int(reach[-1])
-        offsets[k] = off
-        placed[k] = True
+        off_o[p] = off
         block = max(block, off + int(sz))
+    offsets[order] = off_o
     return offsets, block
