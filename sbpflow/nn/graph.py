@@ -21,6 +21,7 @@ import itertools
 import time
 from collections import OrderedDict
 
+from .._core.dtype import float64 as _float64
 from ..autograd import no_grad
 from ..framework.tensor import Tensor
 from ..graph import passes as _passes
@@ -212,7 +213,7 @@ class _Compiled:
         self.runner = runner
         self.pass_times = pass_times
         self.states = states  # [(opt, param, torch key, variable name)]
-        # [(lr feed key, param group, first feed key or None, params it updates, optimizer)]
+        # [(lr feed key, param group, SGD first-step flag or None, params it updates, opt)]
         self.feeds = feeds
 
 
@@ -244,6 +245,7 @@ class Graph:
         d["_debug"] = -1
         d["_train_step"] = 0
         d["_aux_vars"] = {}  # state variable name -> tensor the graph holds (SGD buffers)
+        d["_graph_buffers"] = set()  # ids of params whose SGD buffer the flag accounts for
 
     # -- attributes ----------------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -416,7 +418,16 @@ class Graph:
                          "clip_grad_max_norm": group.get("clip_grad_max_norm"),
                          "clip_grad_norm_type": float(group.get("clip_grad_norm_type", 2.0))}
                 if kind == "sgd" and hyper["momentum"] != 0:
-                    entry["first"] = f"first-{i}-{g}"
+                    # 1.0 until the graph has initialised the group's momentum buffers: a
+                    # variable the update op clears, so a step that fails leaves it set.
+                    fname = f"_optimizer{i}.group{g}-first"
+                    flag = self._aux_vars.get(fname)
+                    if flag is None:
+                        from ..framework import functional as F
+
+                        flag = self._aux_vars[fname] = F.ones((), dtype=_float64)
+                    job.variables[fname] = Variable(fname, flag._meta, False, tensor=flag)
+                    entry["first"] = fname
                 for p in group["params"]:
                     var = names.get(id(p))
                     if var is None or not job.variables[var].trainable:
@@ -430,7 +441,8 @@ class Graph:
                         states.append((opt, p, key, sname))
                 groups.append(entry)
                 used = [p for p in group["params"] if names.get(id(p)) in entry["states"]]
-                feeds.append((entry["lr"], group, entry.get("first"), used, opt))
+                first = job.variables[entry["first"]].tensor if "first" in entry else None
+                feeds.append((entry["lr"], group, first, used, opt))
             specs.append({"kind": kind, "groups": groups})
         job.config["optimizers"] = specs
         return states, feeds
@@ -462,6 +474,7 @@ class Graph:
         variables (a state tensor replaced in eager mode is copied into the variable)."""
         feeds = {}
         job = compiled.job
+        from_eager = set()  # params whose state eager mode made or replaced
         for opt, p, key, sname in compiled.states:
             var = job.variables[sname].tensor
             state = opt.state.get(p)
@@ -470,10 +483,13 @@ class Graph:
                 with no_grad():
                     var.copy_(cur)
                 opt.state[p][key] = var
-        for lr_key, group, first_key, used, opt in compiled.feeds:
+                from_eager.add(p)
+        for lr_key, group, first, used, opt in compiled.feeds:
             lr = group["lr"]
             feeds[lr_key] = float(lr.item() if isinstance(lr, Tensor) else lr)
-            if first_key is not None:
+            if first is not None:
+                # The flag is the graph's own state; host knowledge overrides it only when
+                # eager mode changed the buffers (eager steps made them, or state was reset).
                 ready = []
                 for p in used:
                     state = opt.state.get(p)
@@ -482,7 +498,13 @@ class Graph:
                     raise NotImplementedError(
                         "nn.Graph: some parameters of an SGD group have a momentum buffer "
                         "and some do not; run one eager step or reset the optimizer state")
-                feeds[first_key] = 0.0 if ready and all(ready) else 1.0
+                known = self._graph_buffers
+                if not any(ready):
+                    first.fill_(1.0)
+                    known.difference_update(map(id, used))
+                elif any(p in from_eager or id(p) not in known for p in used):
+                    first.fill_(0.0)
+                    known.update(map(id, used))
         return feeds
 
     def _after_run(self, compiled: _Compiled) -> None:
@@ -492,6 +514,7 @@ class Graph:
             state = opt.state[p]
             if key not in state:  # SGD's buffer exists once the graph stepped
                 state[key] = compiled.job.variables[sname].tensor
+                self._graph_buffers.add(id(p))
         self.__dict__["_train_step"] += 1
         for opt, lr_sch in self._optimizers:
             opt._opt_called = True  # a scheduler checks that the optimizer stepped first

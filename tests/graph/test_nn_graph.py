@@ -560,3 +560,39 @@ def test_settings_on_nested_proxies_reach_the_job():
     g(flow.randn(2, 6))
     attrs = g._last.job.config["module_attrs"]
     assert attrs == {"model.2": {"stage_id": 1}, "model.0": {"activation_checkpointing": True}}
+
+
+@pytest.mark.parametrize("inline_max", [None, 0], ids=["inline", "worker"])
+def test_kernel_error_in_a_graph_names_the_op_and_line_and_the_graph_stays_callable(inline_max):
+    """An out-of-range class index is found by the nll_loss kernel while the plan runs (no
+    host check at trace time): the call raises torch's IndexError naming the op and the
+    build() line (at once inline; at the next sync when the VM's worker ran the call), and
+    the next calls with good targets train on, equal to eager: the failed step updated
+    nothing, not even SGD's first-step state."""
+    if inline_max is None:
+        _kernel_error_case()
+    else:
+        with flow.vm.inline_max(inline_max):
+            handoffs = flow.vm.handoffs()
+            _kernel_error_case()
+            assert flow.vm.handoffs() > handoffs  # the graph calls ran on the worker
+
+
+def _kernel_error_case():
+    xs, ys = _data(steps=2)
+    m1 = _mlp()
+    o1 = OPTS["sgd_momentum"](m1.parameters())
+    eager = [_eager_step(m1, o1, x, y) for x, y in zip(xs, ys)]
+    m2 = _mlp()
+    g = TrainGraph(m2, OPTS["sgd_momentum"](m2.parameters()))
+    bad = flow.tensor(np.array([0, 1, 7, 2, 3, 0]))  # 7: only 4 classes
+    line = inspect.getsource(TrainGraph.build).splitlines()[1].strip()
+    assert "cross_entropy" in line
+    with pytest.raises(IndexError) as err:
+        g(xs[0], bad).item()
+    text = str(err.value)
+    assert "nll_loss" in text and "Target 7 is out of bounds" in text
+    assert f"{__file__}:{inspect.getsourcelines(TrainGraph.build)[1] + 1}" in text
+    graph = [g(x, y).item() for x, y in zip(xs, ys)]
+    np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-6)
+    _assert_same(_params(m2), _params(m1))

@@ -7,7 +7,8 @@ own `state[p]` tensors):
     {"kind": "sgd" | "adam",
      "groups": [{"params": [param variable, ...],
                  "hyper": {attrs of sgd_update / adam_update},
-                 "lr": feed key, "first": feed key (SGD with momentum),
+                 "lr": feed key, "first": variable (SGD with momentum: 1.0 until the
+                 group's momentum buffers are initialised; the step clears it),
                  "states": {param variable: {state name: variable}},
                  "clip_grad_max_norm": float | None, "clip_grad_norm_type": float}]}
 
@@ -87,7 +88,7 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool) -> None:
     lr = _feed(job, trace, group["lr"])
     if kind == "sgd":
         names = STATE_ORDER["sgd"] if hyper.get("momentum", 0.0) != 0 else ()
-        shared = [lr, _feed(job, trace, group["first"])] if names else [lr]
+        shared = [lr, _variable(job, trace, group["first"])] if names else [lr]
         op_name = "sgd_update"
     elif kind == "adam":
         names = ("exp_avg", "exp_avg_sq")
@@ -115,5 +116,8 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool) -> None:
         targets.extend(group["states"][p][s] for s in names)
     if len(outs) != len(targets):
         raise AssertionError(f"{op_name}: {len(outs)} outputs for {len(targets)} variables")
+    if kind == "sgd" and names:
+        targets.append(group["first"])
+        outs.append(registry.op("full", shape=(), fill_value=0.0, dtype=dt.float64))
     for var, value in zip(targets, outs):
         job.add_op("assign", (var, trace.name_of(value)), (), scope="optimizer")
