@@ -257,18 +257,32 @@ def _conv_input_grad_kernel(ctx, g, w, input_size, stride=1, padding=0, dilation
     w = _to(ctx, w, wm.dtype, cdt)
     nb, o = gm.shape[:2]
     cg = wm.shape[1]
-    gmat = _grad_columns(ctx, g, gm.shape, groups)
+    # Columns ordered (output position, sample): each tap's columns then add into the
+    # padded gradient as rows of out_w * N contiguous elements (in the (N, ..., *out) order
+    # the rows were out_w long, and NumPy's loop overhead per row dominated the col2im).
+    length = _prod(out)
+    gmat = _reshape(ctx, g, (nb, groups, o // groups, length))
+    gmat = ctx.prims.contiguous(ctx.prims.permute(gmat, (1, 2, 3, 0)))
+    gmat = ctx.prims.reshape(gmat, (groups, o // groups, length * nb))
     wmat = _reshape(ctx, w, (groups, o // groups, cg * _prod(kernel)))
-    cols = ctx.prims.matmul(ctx.prims.permute(wmat, (0, 2, 1)), gmat)  # (G, Cg*K, N*L)
-    cols = ctx.prims.reshape(cols, (groups, cg) + kernel + (nb,) + out)
-    # (G, Cg, *k, N, *out) -> (N, G, Cg, *out, *k): the layout `windows` produced.
-    perm = (2 + n, 0, 1) + tuple(range(3 + n, 3 + 2 * n)) + tuple(range(2, 2 + n))
-    cols = ctx.prims.permute(cols, perm)
+    cols = ctx.prims.matmul(ctx.prims.permute(wmat, (0, 2, 1)), gmat)  # (G, Cg*K, L*N)
+    cols = ctx.prims.reshape(cols, (groups, cg) + kernel + out + (nb,))
     padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads, strict=True))
-    dst = ctx.prims.full((nb, groups, cg) + padded, cdt, 0)
-    dst = ctx.prims.windows_add(dst, cols, kernel, stride, dilation)  # col2im
-    dst = ctx.prims.reshape(dst, (nb, groups * cg) + padded)
-    return _to(ctx, _unpad_spatial(ctx, dst, pads, spatial), cdt, want)
+    dst = ctx.prims.full((groups, cg) + padded + (nb,), cdt, 0)
+    for tap in np.ndindex(*kernel):  # col2im: the adjoint of `windows`, tap by tap
+        key = (slice(None), slice(None)) + tuple(
+            slice(tap[i] * dilation[i], tap[i] * dilation[i] + stride[i] * out[i], stride[i])
+            for i in range(n)) + (slice(None),)
+        region = ctx.prims.slice(dst, key)
+        ctx.prims.binary("add", region, ctx.prims.slice(cols, (slice(None), slice(None)) + tap),
+                         out=region)
+    # (G, Cg, *padded, N) -> (N, G * Cg, *padded), then the input's region
+    dst = ctx.prims.permute(dst, (2 + n, 0, 1) + tuple(range(2, 2 + n)))
+    dst = _reshape(ctx, dst, (nb, groups * cg) + padded)
+    res = _unpad_spatial(ctx, dst, pads, spatial)
+    if res is dst:
+        res = ctx.prims.contiguous(dst)
+    return _to(ctx, res, cdt, want)
 
 
 def _conv_weight_grad_kernel(ctx, g, x, weight_size, stride=1, padding=0, dilation=1,
