@@ -28,8 +28,9 @@ from __future__ import annotations
 import json
 import time
 
+from .._core.codec import encode
 from ..ops import registry
-from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc, encode_attr
+from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc
 from ..runtime.runtime import Runtime
 from . import ir
 
@@ -149,7 +150,7 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
 
 def _serialisable(v) -> bool:
     try:
-        json.dumps(encode_attr(v))
+        json.dumps(encode(v))
         return True
     except (TypeError, ValueError):
         return False

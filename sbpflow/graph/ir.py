@@ -27,16 +27,14 @@ those); `constant`'s value is an ndarray.  `to_json`/`from_json` round-trip all 
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
 from .._core import dtype as dt
+from .._core.codec import attr_text, decode, encode
 from .._core.meta import TensorMeta
 from ..sbp import B, P, S
 from ..sbp.placement import Placement
@@ -219,7 +217,7 @@ class Job:
         lines = [f"Job {self.name} ({len(self.ops)} ops, {len(self.variables)} variables)"]
         for op in self.ops:
             outs = ", ".join(_tensor_text(self.tensors[o]) for o in op.outputs)
-            attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in op.attrs.items())
+            attrs = ", ".join(f"{k}={attr_text(v)}" for k, v in op.attrs.items())
             scope = f"  # {op.scope}" if op.scope else ""
             lhs = f"{outs} = " if outs else ""
             lines.append(f"  {lhs}{op.op_type}({', '.join(op.inputs)}"
@@ -245,7 +243,7 @@ class Job:
     def to_json(self) -> str:
         return json.dumps({
             "name": self.name,
-            "config": {k: _enc(v) for k, v in self.config.items()},
+            "config": {k: encode(v) for k, v in self.config.items()},
             "loss": self.loss,
             "grads": self.grads,
             "variables": [{"name": v.name, "shape": list(v.meta.shape),
@@ -259,7 +257,7 @@ class Job:
                         for t in self.tensors.values()],
             "ops": [{"name": o.name, "op_type": o.op_type, "inputs": list(o.inputs),
                      "outputs": list(o.outputs),
-                     "attrs": {k: _enc(v) for k, v in o.attrs.items()},
+                     "attrs": {k: encode(v) for k, v in o.attrs.items()},
                      "scope": o.scope, "loc": list(o.loc) if o.loc else None}
                     for o in self.ops],
         })
@@ -268,7 +266,7 @@ class Job:
     def from_json(cls, text: str) -> Job:
         d = json.loads(text)
         job = cls(d["name"])
-        job.config = {k: _dec(v) for k, v in d["config"].items()}
+        job.config = {k: decode(v) for k, v in d["config"].items()}
         job.loss = list(d["loss"])
         job.grads = dict(d["grads"])
         for v in d["variables"]:
@@ -282,7 +280,7 @@ class Job:
             lt.mem = tuple(t["mem"]) if t["mem"] is not None else None
         for o in d["ops"]:
             job.add_op(o["op_type"], o["inputs"], o["outputs"],
-                       {k: _dec(v) for k, v in o["attrs"].items()}, o["scope"],
+                       {k: decode(v) for k, v in o["attrs"].items()}, o["scope"],
                        tuple(o["loc"]) if o["loc"] else None, name=o["name"])
         # Keep fresh names unique after a round trip.
         job._counter = itertools.count(len(job.ops) + len(job.tensors) + 1)
@@ -297,54 +295,6 @@ def _meta_text(t: LogicalTensor) -> str:
 
 def _tensor_text(t: LogicalTensor) -> str:
     return f"{t.name}: {_meta_text(t)}"
-
-
-def _attr_text(v) -> str:
-    if isinstance(v, np.ndarray):
-        return f"array({v.dtype}{list(v.shape)})"
-    if isinstance(v, dt.DType):
-        return v.name
-    return repr(v)
-
-
-def _enc(v):
-    """Attr value -> JSON.  Tuples, dtypes and arrays are tagged so they come back typed."""
-    if isinstance(v, dt.DType):
-        return {"$dtype": v.name}
-    if isinstance(v, np.ndarray):
-        return {"$array": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode(),
-                "dtype": v.dtype.str, "shape": list(v.shape)}
-    if isinstance(v, tuple):
-        return {"$tuple": [_enc(x) for x in v]}
-    if isinstance(v, list):
-        return [_enc(x) for x in v]
-    if isinstance(v, dict):
-        return {"$dict": [[_enc(k), _enc(x)] for k, x in v.items()]}
-    if isinstance(v, float) and not np.isfinite(v):
-        return {"$float": repr(v)}
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, (np.integer, np.floating, np.bool_)):
-        return v.item()
-    raise TypeError(f"Job attr of type {type(v).__name__} is not serialisable: {v!r}")
-
-
-def _dec(v):
-    if isinstance(v, dict):
-        if "$dtype" in v:
-            return dt._by_name(v["$dtype"])
-        if "$array" in v:
-            raw = base64.b64decode(v["$array"])
-            return np.frombuffer(raw, dtype=np.dtype(v["dtype"])).reshape(v["shape"]).copy()
-        if "$tuple" in v:
-            return tuple(_dec(x) for x in v["$tuple"])
-        if "$dict" in v:
-            return {_dec(k): _dec(x) for k, x in v["$dict"]}
-        if "$float" in v:
-            return float(v["$float"])
-    if isinstance(v, list):
-        return [_dec(x) for x in v]
-    return v
 
 
 def _sbp_enc(x) -> str:

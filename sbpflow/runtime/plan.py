@@ -24,14 +24,12 @@ planning placed it (`mem`).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 from typing import Any
 
-import numpy as np
-
 from .._core import dtype as dt
+from .._core.codec import attr_text, decode, encode
 from .._core.meta import TensorMeta
 
 
@@ -161,7 +159,7 @@ class Plan:
                          f"thread={t.thread}: {ins} -> {outs}{mem}")
             for op in t.ops:
                 outs_ = ", ".join(self._tensor_text(o) for o in op.outputs)
-                attrs = ", ".join(f"{k}={_attr_text(v)}" for k, v in op.attrs.items())
+                attrs = ", ".join(f"{k}={attr_text(v)}" for k, v in op.attrs.items())
                 lhs = f"{outs_} = " if outs_ else ""
                 args = "; ".join(x for x in (", ".join(op.inputs), attrs) if x)
                 lines.append(f"    {lhs}{op.op_type}({args})  # {op.name}")
@@ -190,7 +188,7 @@ class Plan:
                 "thread": t.thread, "consumed": list(t.consumed), "produced": list(t.produced),
                 "ops": [{"name": o.name, "op_type": o.op_type, "inputs": list(o.inputs),
                          "outputs": list(o.outputs),
-                         "attrs": {k: _enc(v) for k, v in o.attrs.items()},
+                         "attrs": {k: encode(v) for k, v in o.attrs.items()},
                          "scope": o.scope, "loc": list(o.loc) if o.loc else None}
                         for o in t.ops],
                 "results": list(t.results), "assigns": [list(a) for a in t.assigns],
@@ -203,7 +201,7 @@ class Plan:
             "variables": self.variables,
             "var_metas": {k: [list(m.shape), m.dtype.name] for k, m in self.var_metas.items()},
             "random_ops": list(self.random_ops),
-            "stats": {k: _enc(v) for k, v in self.stats.items()},
+            "stats": {k: encode(v) for k, v in self.stats.items()},
             "device": self.device,
         })
 
@@ -214,7 +212,7 @@ class Plan:
             t["id"], t["name"], t["kind"], t["stream"], t["thread"], tuple(t["consumed"]),
             tuple(t["produced"]),
             [OpDesc(o["name"], o["op_type"], tuple(o["inputs"]), tuple(o["outputs"]),
-                    {k: _dec(v) for k, v in o["attrs"].items()}, o["scope"],
+                    {k: decode(v) for k, v in o["attrs"].items()}, o["scope"],
                     tuple(o["loc"]) if o["loc"] else None) for o in t["ops"]],
             tuple(t["results"]), tuple(tuple(a) for a in t["assigns"]), t["mem_bytes"])
             for t in d["tasks"]]
@@ -229,58 +227,5 @@ class Plan:
                    dict(d["feeds"]), dict(d["variables"]),
                    {k: TensorMeta(tuple(s), dt._by_name(n))
                     for k, (s, n) in d["var_metas"].items()},
-                   tuple(d["random_ops"]), {k: _dec(v) for k, v in d["stats"].items()},
+                   tuple(d["random_ops"]), {k: decode(v) for k, v in d["stats"].items()},
                    d["device"])
-
-
-# -- attr encoding (the plan layer's own: runtime/ does not import graph/) -----------------------
-def _attr_text(v) -> str:
-    if isinstance(v, np.ndarray):
-        return f"array({v.dtype}{list(v.shape)})"
-    if isinstance(v, dt.DType):
-        return v.name
-    return repr(v)
-
-
-def _enc(v):
-    """Attr value -> JSON; tuples, dtypes, arrays and non-finite floats come back typed."""
-    if isinstance(v, dt.DType):
-        return {"$dtype": v.name}
-    if isinstance(v, np.ndarray):
-        return {"$array": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode(),
-                "dtype": v.dtype.str, "shape": list(v.shape)}
-    if isinstance(v, tuple):
-        return {"$tuple": [_enc(x) for x in v]}
-    if isinstance(v, list):
-        return [_enc(x) for x in v]
-    if isinstance(v, dict):
-        return {"$dict": [[_enc(k), _enc(x)] for k, x in v.items()]}
-    if isinstance(v, float) and not np.isfinite(v):
-        return {"$float": repr(v)}
-    if isinstance(v, (np.integer, np.floating, np.bool_)):
-        return v.item()
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    raise TypeError(f"Plan attr of type {type(v).__name__} is not serialisable: {v!r}")
-
-
-encode_attr = _enc  # for the graph layer: is a value serialisable in a Plan
-
-
-def _dec(v):
-    if isinstance(v, dict):
-        if "$dtype" in v:
-            return dt._by_name(v["$dtype"])
-        if "$array" in v:
-            raw = base64.b64decode(v["$array"])
-            return np.frombuffer(raw, dtype=np.dtype(v["dtype"])).reshape(v["shape"]).copy()
-        if "$tuple" in v:
-            return tuple(_dec(x) for x in v["$tuple"])
-        if "$dict" in v:
-            return {_dec(k): _dec(x) for k, x in v["$dict"]}
-        if "$float" in v:
-            return float(v["$float"])
-        return {k: _dec(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_dec(x) for x in v]
-    return v
