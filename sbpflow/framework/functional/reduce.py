@@ -7,6 +7,7 @@ here that needs the Python builtins reaches them through `builtins`.
 from __future__ import annotations
 
 import builtins
+import math
 
 from ._base import call, inplace_method, is_tensor
 
@@ -147,6 +148,22 @@ def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
         raise RuntimeError(f"norm(): p={p!r} with dim={dim!r} is not a supported norm; "
                            "expected 'fro' with at most 2 dims, or a number")
     return vector_norm(input, 2 if p is None else p, dim, keepdim, dtype=dtype)
+
+
+def clip_coef(grads, max_norm: float, norm_type: float):
+    """(total norm, scale) of torch's clip_grad_norm_: the `norm_type` norm of the gradients'
+    norms, and min(1, max_norm / (total + 1e-6)).  Written with ops, so eager clipping and
+    nn.Graph's optimizer pass (on traced gradients) share it."""
+    from .shape import stack
+
+    norm_type = float(norm_type)
+    if norm_type == math.inf:
+        norms = [g.abs().max() for g in grads]
+        total = norms[0] if len(norms) == 1 else stack(norms).max()
+    else:
+        norms = [norm(g, norm_type) for g in grads]
+        total = norm(stack(norms), norm_type)
+    return total, ((total + 1e-6).reciprocal() * max_norm).clamp(max=1.0)
 
 
 def logsumexp(input, dim, keepdim=False):

@@ -22,11 +22,9 @@ states into their variables at the end of the step.
 
 from __future__ import annotations
 
-import math
-
 from ..._core import dtype as dt
 from ..._core.meta import TensorMeta
-from ...framework import functional as F
+from ...framework.functional import reduce
 from ...ops import registry
 from ..ir import Job
 from ..trace import Trace
@@ -66,14 +64,7 @@ def _variable(job: Job, trace: Trace, var: str):
 
 def _clip(grads, max_norm: float, norm_type: float):
     """torch.nn.utils.clip_grad_norm_ on the group's gradients (as lazy ops)."""
-    norm_type = float(norm_type)
-    if norm_type == math.inf:
-        norms = [g.abs().max() for g in grads]
-        total = norms[0] if len(norms) == 1 else F.stack(norms).max()
-    else:
-        norms = [F.norm(g, norm_type) for g in grads]
-        total = F.norm(F.stack(norms), norm_type)
-    coef = ((total + 1e-6).reciprocal() * max_norm).clamp(max=1.0)
+    _, coef = reduce.clip_coef(grads, max_norm, norm_type)
     return [g * coef.to(g.dtype) for g in grads]
 
 

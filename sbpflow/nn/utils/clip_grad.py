@@ -17,26 +17,20 @@ def _grads(parameters):
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, foreach=None):
     from ...framework import functional as F
+    from ...framework.functional import reduce
 
     grads = _grads(parameters)
     norm_type = float(norm_type)
     if not grads:
         return F.tensor(0.0)
     with no_grad():
-        if norm_type == math.inf:
-            norms = [g.abs().max() for g in grads]
-            total = norms[0] if len(norms) == 1 else F.stack(norms).max()
-        else:
-            norms = [F.norm(g, norm_type) for g in grads]
-            total = F.norm(F.stack(norms), norm_type)
+        total, clip_coef = reduce.clip_coef(grads, max_norm, norm_type)
         if error_if_nonfinite and not math.isfinite(total.item()):
             raise RuntimeError(
                 f"The total norm of order {norm_type} for gradients from `parameters` is "
                 "non-finite, so it cannot be clipped. To disable this error and scale the "
                 "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
             )
-        clip_coef = (total + 1e-6).reciprocal() * max_norm
-        clip_coef = clip_coef.clamp(max=1.0)
         for g in grads:
             g.mul_(clip_coef.to(g.dtype))
     return total
