@@ -26,6 +26,7 @@ import warnings
 import numpy as np
 
 from .._core.dtype import DType
+from . import _jit
 from . import random as _rng
 from .allocator import LARGE, CachingAllocator
 from .special import erf as _erf
@@ -126,6 +127,9 @@ _REDUCE = {
     "any": np.any,
     "all": np.all,
 }
+
+# dtypes the numba loops of `_jit` take
+_JIT_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 _SCAN = {"cumsum": np.cumsum, "cumprod": np.cumprod}
 
@@ -292,6 +296,42 @@ class Primitives:
             x, lead + out + tuple(window), strides, writeable=False
         )
 
+    def unfold(self, x, window, stride, dilation, groups: int = 1):
+        """im2col: every window of x (N, C, *spatial) copied out, as a contiguous
+        (G, C/G, *window, N, *out) array (rows (channel, tap), columns (sample, position))."""
+        k = len(window)
+        nb, c = x.shape[:2]
+        if (k == 2 and x.flags.c_contiguous and x.dtype in _JIT_FLOATS and _jit.available()
+                and c % groups == 0):
+            out = tuple((n - d * (w - 1) - 1) // s + 1
+                        for n, w, s, d in zip(x.shape[2:], window, stride, dilation))
+            cols = self.allocator.empty((c,) + tuple(window) + (nb,) + out, x.dtype)
+            _jit.im2col2d(x, cols, window[0], window[1], stride[0], stride[1], dilation[0],
+                          dilation[1])
+            return cols.reshape((groups, c // groups) + cols.shape[1:])
+        view = Primitives.windows(self, x, window, stride, dilation)  # (not a subclass's)
+        out = view.shape[2:2 + k]
+        view = view.reshape((nb, groups, c // groups) + out + tuple(window))
+        perm = (1, 2) + tuple(range(3 + k, 3 + 2 * k)) + (0,) + tuple(range(3, 3 + k))
+        return Primitives.contiguous(self, np.transpose(view, perm))
+
+    def window_max(self, x, index_map, window, stride, dilation):
+        """Max pooling's running maximum over x's padded windows, in torch's scan order, as
+        (values, flat input indices) shaped (N, C, *out); None where there is no fused loop
+        (the kernel then composes it from elementwise primitives)."""
+        if len(window) != 2 or x.ndim != 4 or x.dtype not in _JIT_FLOATS or not _jit.available():
+            return None
+        x = np.ascontiguousarray(x)
+        shape = x.shape[:2] + index_map.shape[:2]
+        best = self.allocator.empty(shape, x.dtype)
+        indices = self.allocator.empty(shape, np.int64)
+        lead = x.shape[0] * x.shape[1]
+        _jit.max_pool2d(x.reshape((lead,) + x.shape[2:]), np.ascontiguousarray(index_map),
+                        best.reshape((lead,) + shape[2:]),
+                        indices.reshape((lead,) + shape[2:]),
+                        stride[0], stride[1], dilation[0], dilation[1])
+        return best, indices
+
     def windows_add(self, dst, cols, window, stride, dilation):
         """Adjoint of `windows`: add cols (*lead, *out, *window) into dst (*lead, *spatial)."""
         k = len(window)
@@ -319,7 +359,14 @@ class Primitives:
         if reduce is None:
             dst[idx] = src
         elif reduce == "add":
-            np.add.at(dst, idx, src)
+            if not (axis == dst.ndim - 1 and np.ndim(src) and src.shape == index.shape
+                    and index.shape[:-1] == dst.shape[:-1] and dst.flags.c_contiguous
+                    and dst.dtype in _JIT_FLOATS and src.dtype == dst.dtype
+                    and index.dtype == np.int64 and _jit.available()
+                    and _jit.scatter_add_rows(dst.reshape(-1, dst.shape[-1]),
+                                              index.reshape(-1, index.shape[-1]),
+                                              src.reshape(-1, src.shape[-1]))):
+                np.add.at(dst, idx, src)
         elif reduce == "multiply":
             np.multiply.at(dst, idx, src)
         elif reduce == "amax":

@@ -204,16 +204,12 @@ def _im2col(ctx, x, x_shape, kernel, stride, dilation, pads, groups):
     is a single plain GEMM; batching the GEMM over samples instead would broadcast the weight,
     which NumPy cannot hand to BLAS.
     """
-    n = len(kernel)
-    xp = _pad_spatial(ctx, x, pads, 0)
-    view = ctx.prims.windows(xp, tuple(kernel), tuple(stride), tuple(dilation))
+    xp = ctx.prims.ensure_contiguous(_pad_spatial(ctx, x, pads, 0))
     nb, c = x_shape[:2]
-    out = tuple(view.shape[2:2 + n])
-    view = _reshape(ctx, view, (nb, groups, c // groups) + out + tuple(kernel))
-    # (N, G, Cg, *out, *k) -> (G, Cg, *k, N, *out): the copy streams along output rows.
-    perm = (1, 2) + tuple(range(3 + n, 3 + 2 * n)) + (0,) + tuple(range(3, 3 + n))
-    cols = ctx.prims.contiguous(ctx.prims.permute(view, perm))
-    return ctx.prims.reshape(cols, (groups, (c // groups) * _prod(kernel), nb * _prod(out)))
+    # (G, Cg, *k, N, *out): the copy streams along output rows.
+    cols = ctx.prims.unfold(xp, tuple(kernel), tuple(stride), tuple(dilation), groups)
+    return ctx.prims.reshape(cols, (groups, (c // groups) * _prod(kernel),
+                                    nb * _prod(cols.shape[3 + len(kernel):])))
 
 
 def _grad_columns(ctx, g, g_shape, groups):
@@ -711,8 +707,12 @@ def _max_pool_kernel(ctx, x, kernel_size, stride=None, padding=0, dilation=1, ce
     k, s, d, pads, out = pool_geometry(ctx.op, spatial, kernel_size, stride, padding, dilation,
                                        ceil_mode, True)
     shape = xm.shape[:2] + out
-    cols = ctx.prims.windows(_pad_spatial(ctx, x, pads, _lowest(xm.dtype)), k, s, d)
+    xp = _pad_spatial(ctx, x, pads, _lowest(xm.dtype))
     index_map = ctx.prims.from_host(_flat_index_map(spatial, k, s, d, pads, out), dt.int64)
+    fused = ctx.prims.window_max(xp, index_map, k, s, d)  # one loop, where the device has it
+    if fused is not None:
+        return fused
+    cols = ctx.prims.windows(xp, k, s, d)
     # A running maximum over the taps, in torch's scan order: a later tap wins only when
     # strictly greater (first maximum on ties) or NaN (NaN propagates, last NaN's index).
     # Each step is a few vectorised passes over strided slices of the window view; reducing

@@ -1,0 +1,93 @@
+"""numba loops behind a few CPU primitives (im2col, max pooling, scatter-add).
+
+Each loop does exactly the arithmetic of the NumPy code it replaces (copies, comparisons,
+and adds in the same order), so results are bitwise equal; it only removes NumPy's per-pass
+and per-short-row overhead.  Compiled with numba's on-disk cache (`cache=True`; this module's
+path is stable), so a second process loads the machine code instead of compiling it.
+
+`available()` is False when numba cannot be imported; callers then keep their NumPy code.
+"""
+
+from __future__ import annotations
+
+try:
+    import numba
+except Exception:  # pragma: no cover - numba is a dependency, but stay importable without it
+    numba = None
+
+
+def available() -> bool:
+    return numba is not None
+
+
+if numba is not None:
+    _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+    @_jit
+    def im2col2d(xp, cols, kh, kw, sh, sw, dh, dw):
+        """xp (N, C, Hp, Wp) -> cols (C, kh, kw, N, oh, ow): a copy of each window (the
+        caller views C as (G, C/G))."""
+        nb, c = xp.shape[0], xp.shape[1]
+        oh, ow = cols.shape[4], cols.shape[5]
+        for ci in range(c):
+            for i in range(kh):
+                for j in range(kw):
+                    for n in range(nb):
+                        for y in range(oh):
+                            r = y * sh + i * dh
+                            c0 = j * dw
+                            if sw == 1:  # a contiguous row: a loop LLVM vectorises
+                                for x in range(ow):
+                                    cols[ci, i, j, n, y, x] = xp[n, ci, r, c0 + x]
+                            else:
+                                for x in range(ow):
+                                    cols[ci, i, j, n, y, x] = xp[n, ci, r, c0 + x * sw]
+
+    @_jit
+    def max_pool2d(xp, index_map, best, indices, sh, sw, dh, dw):
+        """Running maximum over the taps of each window, in torch's scan order.
+
+        xp (B, Hp, Wp) padded with the lowest value, index_map (oh, ow, kh, kw) flat input
+        positions; best, indices (B, oh, ow).  A later tap wins when strictly greater or NaN
+        (first maximum on ties, NaN propagates with the last NaN's index), as the NumPy
+        passes `maximum` and `idx += wins * (tap - idx)` do.
+        """
+        nb = xp.shape[0]
+        oh, ow, kh, kw = index_map.shape
+        for b in range(nb):
+            for y in range(oh):
+                for x in range(ow):
+                    best[b, y, x] = xp[b, y * sh, x * sw]
+                    indices[b, y, x] = index_map[y, x, 0, 0]
+                for i in range(kh):
+                    r = y * sh + i * dh
+                    for j in range(kw):
+                        if i == 0 and j == 0:
+                            continue
+                        for x in range(ow):  # branch-free, so the loop vectorises
+                            u = xp[b, r, x * sw + j * dw]
+                            v = best[b, y, x]
+                            w = (u > v) | (u != u)
+                            indices[b, y, x] = index_map[y, x, i, j] if w else indices[b, y, x]
+                            # a NaN maximum stays NaN (np.maximum propagates it)
+                            best[b, y, x] = u if (w and v == v) else v
+
+    @_jit
+    def scatter_add_rows(dst, index, src):
+        """dst (B, M), index and src (B, L): dst[b, index[b, l]] += src[b, l], in order
+        (negative indices count from the end).  Returns False, writing nothing, when an
+        index is out of range (the caller's NumPy path then raises)."""
+        nb, length = index.shape
+        m = dst.shape[1]
+        for b in range(nb):
+            for i in range(length):
+                j = index[b, i]
+                if j < -m or j >= m:
+                    return False
+        for b in range(nb):
+            for i in range(length):
+                j = index[b, i]
+                if j < 0:
+                    j += m
+                dst[b, j] += src[b, i]
+        return True
