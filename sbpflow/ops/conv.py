@@ -295,7 +295,10 @@ def _conv_weight_grad_kernel(ctx, g, x, weight_size, stride=1, padding=0, dilati
     cg = xm.shape[1] // groups
     gmat = _grad_columns(ctx, g, gm.shape, groups)
     cols = _im2col(ctx, x, xm.shape, kernel, stride, dilation, pads, groups)
-    gw = ctx.prims.matmul(gmat, ctx.prims.permute(cols, (0, 2, 1)))  # (G, O/G, Cg*K)
+    # (cols @ gmat^T)^T rather than gmat @ cols^T: the same sums, and OpenBLAS runs the GEMM
+    # with the long columns' operand untransposed ~1.4x faster (the result is small).
+    gw = ctx.prims.matmul(cols, ctx.prims.permute(gmat, (0, 2, 1)))  # (G, Cg*K, O/G)
+    gw = ctx.prims.contiguous(ctx.prims.permute(gw, (0, 2, 1)))
     gw = ctx.prims.reshape(gw, (o, cg) + kernel)
     return _to(ctx, gw, cdt, want)
 
