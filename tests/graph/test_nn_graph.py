@@ -447,7 +447,17 @@ def test_gpt_trains_like_eager_with_adamw_clipping_and_cosine_schedule():
     g = GPTGraph()
     graph = [g(x, y).item() for x, y in batches]
     np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-6)
-    _assert_same(_params(m2), _params(m1), rtol=1e-4, atol=1e-5)
+    # The key bias's gradient is 0 in exact arithmetic (softmax ignores a shift of a row), so
+    # it is rounding noise, which Adam scales up to lr-sized steps: with fused kernels (GELU's
+    # loop rounds differently from eager's passes) those entries differ by more than rounding.
+    # Compare everything else.
+    p2, p1 = m2.state_dict(), m1.state_dict()
+    for name in p1:
+        a, b = p2[name].detach().numpy().copy(), p1[name].detach().numpy()
+        if name.endswith("in_proj_bias"):
+            d = a.shape[0] // 3
+            a, b = np.delete(a, np.s_[d:2 * d]), np.delete(b, np.s_[d:2 * d])
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_digits_cnn_with_dropout_trains_like_eager():

@@ -391,6 +391,53 @@ def test_fuse_backward_chain_and_broadcast_inputs(numba_cache):
     np.testing.assert_array_equal(evaluate(b.job, xs)[0][0], evaluate(before, xs)[0][0])
 
 
+@pytest.mark.parametrize("dtype", [dt.float64, dt.float32])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_fuse_gelu_and_gelu_grad_match_torch(dtype, approximate, numba_cache):
+    torch = pytest.importorskip("torch")
+    # The scale after gelu_grad fuses with it.
+    shape = (64, 96)
+    b = Builder()
+    x = b.input(shape, dtype)
+    dy = b.input(shape, dtype)
+    h = b.op("add_scalar", x, other=0.25)
+    b.output(b.op("gelu", h, approximate=approximate))
+    b.output(b.op("mul_scalar", b.op("gelu_grad", dy, h, approximate=approximate), other=0.5))
+    before = copy_job(b.job)
+    fuse_elementwise.run(b.job)
+    fused = list(b.job.ops_of("fused_elementwise"))
+    # h is read by both groups, so it stays a tensor; a lone gelu still gets its loop
+    assert sorted(f.attrs["ops"] for f in fused) == ["gelu", "gelu_grad+mul_scalar"]
+    assert "gelu" not in op_types(b.job) and "gelu_grad" not in op_types(b.job)
+    assert all(f.attrs["jit"] for f in fused)
+    rng = np.random.default_rng(4)
+    xs = rng.standard_normal(shape) * 4
+    xs.flat[:6] = [0.0, -0.0, 12.0, -12.0, 30.0, -3.0]
+    xs = [xs.astype(dtype.np), rng.standard_normal(shape).astype(dtype.np)]
+    (got_y, got_g), _ = evaluate(b.job, xs)
+    (eager_y, eager_g), _ = evaluate(before, xs)
+    # torch in float64 (its float32 tanh form loses ~1e-6 to cancellation in 1 - t^2; the
+    # fused loop computes in float64 and rounds once)
+    th = torch.from_numpy(xs[0].astype(np.float64)) + 0.25
+    want_y = torch.nn.functional.gelu(th, approximate=approximate).numpy()
+    want_g = torch.ops.aten.gelu_backward(torch.from_numpy(xs[1].astype(np.float64)), th,
+                                          approximate=approximate).numpy() * 0.5
+    rtol, atol = (1e-6, 1e-12) if dtype is dt.float64 else (1e-5, 1e-6)
+    for got, eager, want in ((got_y, eager_y, want_y), (got_g, eager_g, want_g)):
+        assert got.dtype == dtype.np
+        np.testing.assert_allclose(got, want.astype(dtype.np), rtol=rtol, atol=atol)
+        # eager's float32 kernels round every step: a few ulp of the larger terms apart
+        np.testing.assert_allclose(got, eager, rtol=rtol, atol=atol * 5)
+
+
+def test_fuse_gelu_left_alone_below_the_jit_size():
+    b = Builder()
+    x = b.input((4, 4))
+    b.output(b.op("gelu", x))
+    fuse_elementwise.run(b.job)
+    assert op_types(b.job) == ["input", "gelu", "output"]
+
+
 @pytest.mark.parametrize("flag", [True, False])
 def test_fuse_cast_scale_flag(flag):
     b = Builder()

@@ -2,14 +2,16 @@
 
 Which ops fuse is a whitelist (`_SEM`) of registry ops whose kernels this file reproduces
 exactly: unary math, binary arithmetic with broadcasting, their scalar forms, comparisons,
-`where`, `clamp`, `relu` and float casts.  Every value inside a group is floating point (or
-bool, from a comparison); integer arithmetic, rounding division and anything else stays
-unfused.  Gradients are ops in the Job too, so backward chains fuse the same way.
+`where`, `clamp`, `relu`, float casts, and `gelu`/`gelu_grad` (generated loops only; within
+float rounding of eager, not bitwise: see `_GELU_HELPERS`).  Every value inside a group is
+floating point (or bool, from a comparison); integer arithmetic, rounding division and anything
+else stays unfused.  Gradients are ops in the Job too, so backward chains fuse the same way.
 
 Grouping: walking the ops backwards, an ungrouped fusable op roots a group; the group absorbs
 the producer of one of its members' inputs when that producer is fusable, its output has the
 group's output shape (so no element is computed twice), and every reader of that output is in
-the group (the intermediate then needs no memory of its own).  A group of one op is left alone.
+the group (the intermediate then needs no memory of its own).  A group of one op is left alone,
+unless it is a gelu or gelu_grad (one generated pass instead of the eager kernel's ~10).
 
 The fused op's attrs describe the group (serialisable: tuples, str, numbers, dtypes):
   steps   ((op_type, operands, out_dtype, compute_dtype, attrs), ...) in execution order;
@@ -45,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 
@@ -78,6 +81,8 @@ _SEM["where"] = ("where", "where")
 _SEM["where_scalar"] = ("where_scalar", "where")
 _SEM["to_dtype"] = ("cast", "cast")
 _SEM["clamp"] = ("clamp", "clamp")
+_SEM["gelu"] = ("gelu", "gelu")
+_SEM["gelu_grad"] = ("gelu", "gelu_grad")
 
 HEAD_OPS = ("matmul", "linear", "bmm", "conv1d", "conv2d", "conv3d", "conv_input_grad",
             "conv_weight_grad")
@@ -123,6 +128,15 @@ def _step_dtypes(op, job):
     if kind == "clamp" and not all(v is None or _is_scalar(v) for v in (a.get("min"),
                                                                          a.get("max"))):
         return None
+    if kind == "gelu":
+        # Generated loops only (float32/float64, numba, large enough to jit): elsewhere the
+        # eager kernel is as good as a NumPy fallback.
+        if (od.name not in ("float32", "float64") or any(m.dtype is not od for m in in_metas)
+                or job.tensors[op.outputs[0]].meta.numel
+                < job.config.get("fuse_jit_min_numel", _JIT_MIN_NUMEL)
+                or a.get("approximate", "none") not in ("none", "tanh")
+                or not _numba_available()):
+            return None
     return od, od
 
 
@@ -178,7 +192,8 @@ def run(job) -> None:
         head = None
         if add_to_output:
             head = _find_head(job, members, by_name, consumers, protected, grouped, shape)
-        if len(members) < 2 and head is None:
+        # A lone gelu is worth its generated loop (one pass instead of the eager kernel's ~10).
+        if len(members) < 2 and head is None and _SEM[root.op_type][0] != "gelu":
             continue
         grouped |= members
         if head is not None:
@@ -313,6 +328,11 @@ def _np_step_lines(kind, prim, attrs, xs, x_dtypes, od, cd, dest, const, tmp) ->
     if kind == "cast":
         lines.append(f"np.copyto({dest}, {xs[0]}, casting='unsafe')")
         return lines
+    if kind == "gelu":
+        xs = [cast(x, d, dt.float64) for x, d in zip(xs, x_dtypes, strict=True)]
+        lines.append(f"np.copyto({dest}, GELU_NP({prim!r}, {attrs.get('approximate', 'none')!r}, "
+                     f"{', '.join(xs)}), casting='unsafe')")
+        return lines
     xs = [cast(x, d, cd) for x, d in zip(xs, x_dtypes, strict=True)]
     if kind in ("bin", "cmp"):
         lines.append(f"np.{_UFUNC[prim]}({xs[0]}, {xs[1]}, out={dest})")
@@ -347,12 +367,91 @@ _CMP_OP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ARITH_OP = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
+# GELU in generated loops, in float64 whatever the tensors' dtype (then rounded once).
+# float64 tensors: erf/exp/tanh from libm, the eager kernels' formulas.  float32 tensors (the
+# exact GELU): branch-free arithmetic that LLVM vectorises (libm calls are scalar, ~10x
+# slower): with z = |x| / sqrt(2) clamped to 6, e = exp(-z^2) as (Taylor polynomial of
+# -z^2/64)^64, and erfc(z) = e * G(1 / (1 + z/2)), G a degree-10 polynomial fitted (least
+# squares on Chebyshev terms, relative weights) to erfcx on [0, 6]: relative error of Phi(x)
+# and of the normal pdf ~2e-9, far below float32's rounding.  Phi(x) = 1 - erfc(z)/2 for
+# x >= 0, erfc(z)/2 below (no cancellation); beyond |x| = 6 sqrt(2), e is 0.
+_ERFCX_G = (2.707147653618902e-05, 0.28143960164508464, 0.28915412790674755,
+            0.20223008048064345, 0.3592327663012405, -0.4238511046457228, 0.9539429526991299,
+            -1.2489514605739203, 0.8294424673216734, -0.28277246456611466, 0.04010596145583393)
+
+
+def _horner(coefs, var):
+    e = repr(float(coefs[-1]))
+    for c in reversed(coefs[:-1]):
+        e = f"({e} * {var} + {float(c)!r})"
+    return e
+
+
+_JIT = "@numba.njit(inline='always', error_model='numpy')"
+_GELU_HELPERS = {
+    "phi_pdf": f"""{_JIT}
+def phi_pdf(x):
+    z = min(abs(x) * {1.0 / 2.0 ** 0.5!r}, 6.0)
+    s = z * z * -0.015625
+    q = {_horner([1.0 / __import__('math').factorial(k) for k in range(12)], 's')}
+    q = q * q
+    q = q * q
+    q = q * q
+    q = q * q
+    q = q * q
+    q = q * q
+    e = 0.0 if z >= 6.0 else q
+    h = 0.5 * e * {_horner(_ERFCX_G, '(1.0 / (1.0 + 0.5 * z))')}
+    return (1.0 - h if x >= 0.0 else h), e * {(2.0 * 3.141592653589793) ** -0.5!r}
+""",
+}
+
+
+def _gelu_src(prim, approximate, fast):
+    """(helper names, expression in x [, dy]) of a gelu/gelu_grad step in float64."""
+    from ...ops import nn as _nn
+
+    beta, kappa = _nn._GELU_BETA, _nn._GELU_KAPPA
+    if approximate == "tanh":
+        inner = f"((x + {kappa!r} * x * x * x) * {beta!r})"
+        if prim == "gelu":
+            return (), f"(x * 0.5 * (math.tanh({inner}) + 1.0))"
+        return (), (f"dy * ((math.tanh({inner}) + 1.0) * 0.5 + x * 0.5 * (1.0 - math.tanh("
+                    f"{inner}) ** 2) * ((x * x * {3.0 * kappa!r} + 1.0) * {beta!r}))")
+    if fast:
+        if prim == "gelu":
+            return ("phi_pdf",), "(x * phi_pdf(x)[0])"
+        return ("phi_pdf",), "dy * (phi_pdf(x)[0] + x * phi_pdf(x)[1])"
+    cdf = f"((math.erf(x * {_nn._SQRT1_2!r}) + 1.0) * 0.5)"
+    if prim == "gelu":
+        return (), f"(x * 0.5 * (math.erf(x * {_nn._SQRT1_2!r}) + 1.0))"
+    return (), f"dy * ({cdf} + x * (math.exp(x * x * -0.5) * {_nn._INV_SQRT_2PI!r}))"
+
+
+def GELU_NP(prim, approximate, *xs):  # noqa: N802
+    """NumPy fallback of a gelu step (float64 operands), the same formulas elementwise."""
+    from ...ops import nn as _nn
+
+    x = xs[-1]
+    if approximate == "tanh":
+        t = np.tanh((x + _nn._GELU_KAPPA * x * x * x) * _nn._GELU_BETA)
+        if prim == "gelu":
+            return x * 0.5 * (t + 1.0)
+        return xs[0] * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t)
+                        * ((x * x * (3.0 * _nn._GELU_KAPPA) + 1.0) * _nn._GELU_BETA))
+    erf = _CPU.unary("erf", x * _nn._SQRT1_2)
+    if prim == "gelu":
+        return x * 0.5 * (erf + 1.0)
+    return xs[0] * ((erf + 1.0) * 0.5 + x * (np.exp(x * x * -0.5) * _nn._INV_SQRT_2PI))
+
+
 class _Gen:
     """Builds the source of one generated loop kernel."""
 
     def __init__(self):
         self.consts: dict[tuple, str] = {}
         self.lines: list[str] = []
+        self.helpers: list[str] = []
 
     def const(self, value, d: dt.DType) -> str:
         if d is dt.bool_:
@@ -373,9 +472,11 @@ class _Gen:
         return f"np.{want.name}({var})"
 
     def header(self) -> str:
-        out = ["import numpy as np", "import numba", ""]
+        out = ["import math", "import numpy as np", "import numba", ""]
         for (dname, hexv), name in self.consts.items():
             out.append(f"{name} = np.{dname}(float.fromhex({hexv!r}))")
+        for h in self.helpers:
+            out += ["", "", _GELU_HELPERS[h]]
         return "\n".join(out)
 
 
@@ -443,6 +544,8 @@ def _generate(stage_steps, in_refs, in_shapes, out_refs, rank, ref_dtype) -> str
         want = [cd] * len(refs)
         if kind in ("where", "where_scalar"):
             want = [dt.bool_] + [od] * (len(refs) - 1)
+        if kind == "gelu":
+            want = [dt.float64] * len(refs)
         xs = []
         for n, (r, w) in enumerate(zip(refs, want, strict=True)):
             e = g.cast(local[r], ref_dtype(r), w)
@@ -450,7 +553,18 @@ def _generate(stage_steps, in_refs, in_shapes, out_refs, rank, ref_dtype) -> str
                 body.append(f"c{j}_{n} = {e}")
                 e = f"c{j}_{n}"
             xs.append(e)
-        e = _step_expr(g, kind, prim, dict(attrs), xs, od, cd)
+        if kind == "gelu":
+            helpers, e = _gelu_src(prim, dict(attrs).get("approximate", "none"),
+                                   od is dt.float32)
+            for h in helpers:
+                if h not in g.helpers:
+                    g.helpers.append(h)
+            body.append(f"x_{j} = {xs[-1]}")
+            if prim == "gelu_grad":
+                body.append(f"dy_{j} = {xs[0]}")
+            e = re.sub(r"\bx\b", f"x_{j}", re.sub(r"\bdy\b", f"dy_{j}", e))
+        else:
+            e = _step_expr(g, kind, prim, dict(attrs), xs, od, cd)
         if od is not dt.bool_:
             e = f"np.{od.name}({e})"
         body.append(f"v{j} = {e}")
@@ -558,7 +672,7 @@ def _driver_source(attrs):
                 crossing.add(r)
                 last_stage[r] = stage_of[j]
 
-    env = {"np": np, "empty": np.empty, "UNARY": _CPU.unary}
+    env = {"np": np, "empty": np.empty, "UNARY": _CPU.unary, "GELU_NP": GELU_NP}
     consts: dict = {}
 
     def const(value, d):
