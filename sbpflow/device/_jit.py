@@ -44,6 +44,33 @@ if numba is not None:
                                     cols[ci, i, j, n, y, x] = xp[n, ci, r, c0 + x * sw]
 
     @_jit
+    def col2im2d(cols, buf, dst, sh, sw, dh, dw, ph, pw):
+        """The adjoint of im2col: cols (C, kh, kw, oh, ow, N) added tap by tap (each element
+        sums its taps in (i, j) order) into buf (C, Hp, Wp, N), zeroed, the padded input with
+        samples last, so the adds run along samples; then dst (N, C, H, W) = buf's input
+        region (zero where buf, cropped, is smaller)."""
+        c, kh, kw, oh, ow, nb = cols.shape
+        hp, wp = buf.shape[1], buf.shape[2]
+        for ci in range(c):
+            for i in range(kh):
+                for j in range(kw):
+                    for y in range(oh):
+                        r = y * sh + i * dh
+                        for x in range(ow):
+                            q = x * sw + j * dw
+                            for n in range(nb):
+                                buf[ci, r, q, n] += cols[ci, i, j, y, x, n]
+        hh, ww = dst.shape[2], dst.shape[3]
+        for n in range(nb):
+            for ci in range(c):
+                for h in range(hh):
+                    for w in range(ww):
+                        if h + ph < hp and w + pw < wp:
+                            dst[n, ci, h, w] = buf[ci, h + ph, w + pw, n]
+                        else:
+                            dst[n, ci, h, w] = 0
+
+    @_jit
     def max_pool2d(xp, index_map, best, indices, sh, sw, dh, dw):
         """Running maximum over the taps of each window, in torch's scan order.
 

@@ -315,6 +315,25 @@ class Primitives:
         perm = (1, 2) + tuple(range(3 + k, 3 + 2 * k)) + (0,) + tuple(range(3, 3 + k))
         return Primitives.contiguous(self, np.transpose(view, perm))
 
+    def fold(self, cols, spatial, window, stride, dilation, pads):
+        """col2im, the adjoint of `unfold`: cols (C, *window, *out, N) added into a zeroed
+        (N, C, *spatial), window taps in the padding (`pads` (lo, hi) per axis) dropped; None
+        where there is no fused loop (the kernel then adds tap by tap)."""
+        if (len(window) != 2 or cols.dtype not in _JIT_FLOATS or not _jit.available()
+                or any(lo < 0 for lo, _ in pads)):
+            return None
+        cols = np.ascontiguousarray(cols)
+        padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))
+        buf = self.allocator.empty((cols.shape[0],) + padded + (cols.shape[-1],), cols.dtype)
+        buf.fill(0)
+        dst = self.allocator.empty((cols.shape[-1], cols.shape[0]) + tuple(spatial), cols.dtype)
+        _jit.col2im2d(cols, buf, dst, stride[0], stride[1], dilation[0], dilation[1],
+                      pads[0][0], pads[1][0])
+        held = [buf]
+        del buf
+        self.allocator.free_last(held)
+        return dst
+
     def window_max(self, x, index_map, window, stride, dilation):
         """Max pooling's running maximum over x's padded windows, in torch's scan order, as
         (values, flat input indices) shaped (N, C, *out); None where there is no fused loop
