@@ -768,3 +768,38 @@ def test_fuse_add_to_output_writes_into_the_heads_buffer(numba_cache):
         opdef.kernel = real
     assert r is seen[0]  # the add went into the matmul's result, no second buffer
     np.testing.assert_array_equal(r, xs[0] @ xs[1] + xs[2])
+
+
+@pytest.mark.parametrize("dtype", [dt.float64, dt.float32])
+def test_row_kernels_replace_layer_norm_and_softmax_within_rounding(dtype, numba_cache):
+    torch = pytest.importorskip("torch")
+    b = Builder()
+    x = b.input((64, 12, 64), dtype)
+    w = b.input((64,), dtype)
+    bias = b.input((64,), dtype)
+    s = b.input((16, 4, 12, 12), dtype)
+    b.output(b.op("layer_norm", x, w, bias, normalized_shape=(64,), eps=1e-5))
+    b.output(b.op("softmax", s, dim=-1))
+    b.output(b.op("log_softmax", s, dim=3))
+    b.output(b.op("softmax", s, dim=1))  # not the last axis: stays
+    before = copy_job(b.job)
+    fuse_elementwise.run(b.job)
+    kinds = [t for t in op_types(b.job) if t not in ("input", "output")]
+    assert kinds == ["row_layer_norm", "row_softmax", "row_log_softmax", "softmax"]
+    rng = np.random.default_rng(5)
+    sv = rng.standard_normal((16, 4, 12, 12)) * 4
+    sv[..., np.triu(np.ones((12, 12), bool), 1)] = -np.inf  # a causal mask
+    sv[0, 0, 0, :] = -np.inf  # a row of -inf: NaN, as eager
+    sv[0, 0, 1, 0] = np.nan
+    xs = [a.astype(dtype.np) for a in (rng.standard_normal((64, 12, 64)) * 3 + 1,
+                                       rng.standard_normal(64), rng.standard_normal(64), sv)]
+    got, _ = evaluate(b.job, xs)
+    eager, _ = evaluate(before, xs)
+    t = [torch.from_numpy(a.astype(np.float64)) for a in xs]
+    want = [torch.nn.functional.layer_norm(t[0], (64,), t[1], t[2], 1e-5),
+            torch.softmax(t[3], -1), torch.log_softmax(t[3], -1), torch.softmax(t[3], 1)]
+    rtol, atol = (1e-6, 1e-12) if dtype is dt.float64 else (1e-5, 1e-6)
+    for g_, e_, w_ in zip(got, eager, want, strict=True):
+        assert g_.dtype == dtype.np
+        np.testing.assert_allclose(g_, w_.numpy().astype(dtype.np), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(g_, e_, rtol=rtol, atol=atol)

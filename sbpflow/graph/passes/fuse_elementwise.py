@@ -37,6 +37,9 @@ jitted (float16/bfloat16, numba missing) or is smaller than `job.config["fuse_ji
 elements (default 4096: compiling costs ~0.3 s once, and below that NumPy with preallocated
 buffers already beats the unfused chain), every step runs as NumPy with `out=` buffers.
 
+Row ops (`swap_row_ops`): a large enough layer_norm over the last axis or softmax/log_softmax
+over the last dim becomes its numba row kernel (`graph/kernels/rows.py`), one pass per row.
+
 Config flags (default True): `allow_fuse_add_to_output` (the head above),
 `allow_fuse_cast_scale` (a `to_dtype` feeding a `mul_scalar` fuses; off, that edge is cut),
 `allow_fuse_elementwise` (off: the pass does nothing).
@@ -61,6 +64,7 @@ from ...ops._util import promote
 from ...ops.registry import KernelContext
 from .. import ir
 from ..ir import OpNode
+from ..kernels import rows
 
 # op_type -> (kind, primitive name)
 _SEM: dict[str, tuple[str, str]] = {}
@@ -148,6 +152,7 @@ def run(job) -> None:
     cast_scale = cfg.get("allow_fuse_cast_scale", True)
     add_to_output = cfg.get("allow_fuse_add_to_output", True)
     jit_min = cfg.get("fuse_jit_min_numel", _JIT_MIN_NUMEL)
+    swap_row_ops(job, jit_min)
 
     consumers = job.consumers()
     protected = set(job.loss) | set(job.grads.values())
@@ -225,6 +230,23 @@ def run(job) -> None:
     job.stats["fused_groups"] = job.stats.get("fused_groups", 0) + len(groups)
     job.stats["fused_ops"] = job.stats.get("fused_ops", 0) + sum(
         len(m) + (h is not None) for m, h, _ in groups)
+
+
+def swap_row_ops(job, jit_min=_JIT_MIN_NUMEL) -> int:
+    """layer_norm over the last axis and softmax/log_softmax over the last dim (float32/64,
+    at least `jit_min` elements) become their one-pass-per-row numba kernels
+    (`graph/kernels/rows.py`); returns how many."""
+    if not _numba_available():
+        return 0
+    n = 0
+    for op in job.ops:
+        if (op.op_type in rows.ROW_OPS and rows.eligible(job, op)
+                and job.tensors[op.inputs[0]].meta.numel >= jit_min):
+            op.op_type = rows.ROW_OPS[op.op_type]
+            n += 1
+    if n:
+        job.stats["row_kernels"] = job.stats.get("row_kernels", 0) + n
+    return n
 
 
 def _find_head(job, members, by_name, consumers, protected, grouped, shape):
@@ -573,7 +595,10 @@ def _generate(stage_steps, in_refs, in_shapes, out_refs, rank, ref_dtype) -> str
     for k, r in enumerate(out_refs):
         body.append(f"o{k}[{out_idx}] = {local[r]}")
     args = [f"a{k}" for k in range(len(in_refs))] + [f"o{k}" for k in range(len(out_refs))]
-    lines = ["@numba.njit(cache=True, error_model='numpy', nogil=True)",
+    # A loop with a gelu step is not bitwise equal to eager anyway: let LLVM contract its
+    # multiply-adds into FMAs (the polynomials' cost halves, and rounds less).
+    fm = ", fastmath={'contract'}" if g.helpers else ""
+    lines = [f"@numba.njit(cache=True, error_model='numpy', nogil=True{fm})",
              f"def fused({', '.join(args)}):"]
     ind = "    "
     for d in range(rank):
