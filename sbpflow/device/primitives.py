@@ -428,7 +428,12 @@ class Primitives:
     def pad(self, x, pad_width, mode: str = "constant", value=0):
         """pad_width: ((before, after), ...) per axis, non-negative."""
         if mode == "constant":
-            return np.pad(x, pad_width, mode="constant", constant_values=value)
+            # One fill and one copy of the interior (np.pad's generic path is ~2x slower).
+            shape = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, pad_width))
+            out = self.allocator.empty(shape, x.dtype)
+            out.fill(value)
+            out[tuple(slice(lo, lo + n) for n, (lo, _) in zip(x.shape, pad_width))] = x
+            return out
         return np.pad(x, pad_width, mode={"reflect": "reflect", "replicate": "edge",
                                           "circular": "wrap"}[mode])
 
