@@ -1,10 +1,11 @@
-"""One pass per row over the last axis: `row_layer_norm`, `row_softmax`, `row_log_softmax`.
+"""One pass per row over the last axis: `row_layer_norm`, `row_softmax`, `row_log_softmax`,
+`row_sum`.
 
 The fusion pass (`fuse_elementwise.swap_row_ops`) turns a `layer_norm` over the last axis, or a
-`softmax`/`log_softmax` over the last dim without a dtype change, of a float32/float64 tensor
-into these op types (same inputs, outputs and attrs).  Each is a numba loop over rows that reads
-a row, computes its statistics and writes it once, instead of the eager kernel's ~8 NumPy
-passes with temporaries.  Statistics are accumulated in float64, so results are within float
+`softmax`/`log_softmax` (or a `sum`) over the last dim without a dtype change, of a float32/64
+tensor into these op types (same inputs, outputs and attrs).  Each is a numba loop over rows that
+reads a row, computes its statistics and writes it once, instead of the eager kernel's ~8
+NumPy passes with temporaries.  Statistics are accumulated in float64, so results are within float
 rounding of eager, not bitwise.  float32 exp uses a branch-free polynomial that LLVM
 vectorises (`_exp_neg`: relative error ~1e-13, far below float32's rounding; multiply-adds
 contracted to FMAs); float64 uses libm's.  Compiled with numba's on-disk cache on first use
@@ -20,7 +21,7 @@ import numpy as np
 from .. import ir
 
 ROW_OPS = {"layer_norm": "row_layer_norm", "softmax": "row_softmax",
-           "log_softmax": "row_log_softmax"}
+           "log_softmax": "row_log_softmax", "sum": "row_sum"}
 
 try:
     import numba
@@ -120,6 +121,29 @@ def softmax64(x, log, out):
                 out[r, j] = math.exp(x[r, j] - m) / s
 
 
+@_jit()
+def row_sum(x, out):
+    # eight float64 partial sums per row: independent adds (NumPy's reduction over a short
+    # last axis pays per-row overhead; one accumulator would wait on each add's latency)
+    rows, n = x.shape
+    n8 = n - n % 8
+    for r in range(rows):
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+        for j in range(0, n8, 8):
+            a0 += np.float64(x[r, j])
+            a1 += np.float64(x[r, j + 1])
+            a2 += np.float64(x[r, j + 2])
+            a3 += np.float64(x[r, j + 3])
+            a4 += np.float64(x[r, j + 4])
+            a5 += np.float64(x[r, j + 5])
+            a6 += np.float64(x[r, j + 6])
+            a7 += np.float64(x[r, j + 7])
+        s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+        for j in range(n8, n):
+            s += np.float64(x[r, j])
+        out[r] = s
+
+
 def eligible(job, op) -> bool:
     """Whether `op` may run as its row kernel in a graph."""
     if op.op_type not in ROW_OPS or len(op.outputs) != 1:
@@ -130,6 +154,10 @@ def eligible(job, op) -> bool:
         return False
     if job.tensors[op.outputs[0]].dtype is not x.dtype:
         return False
+    if op.op_type == "sum":
+        dim = op.attrs.get("dim")
+        return (op.attrs.get("dtype") is None and dim is not None and len(dim) == 1
+                and dim[0] in (-1, x.ndim - 1) and x.shape[-1] > 0)
     if op.op_type == "layer_norm":
         ns = tuple(op.attrs.get("normalized_shape") or ())
         return (len(ns) == 1 and len(metas) == 3 and ns[0] == x.shape[-1]
@@ -137,6 +165,14 @@ def eligible(job, op) -> bool:
     if op.attrs.get("dtype") is not None and op.attrs["dtype"] is not x.dtype:
         return False
     return op.attrs.get("dim") in (-1, x.ndim - 1)
+
+
+def _out(out, shape, dtype):
+    """The planned output when it is a plain C-contiguous buffer (written through a reshaped
+    view), else a fresh one."""
+    if out is not None and out.flags.c_contiguous and out.shape == tuple(shape):
+        return out, False
+    return np.empty(shape, dtype), out is not None
 
 
 def _rows(a, n):
@@ -150,25 +186,28 @@ def resolve(node, job=None):
     if kind == "row_layer_norm":
         eps = float(attrs["eps"])
 
-        def kernel(ctx, x, w, b, out=None, **_attrs):
-            shape = ctx.out_metas[0].shape
-            if out is None:
-                out = np.empty(shape, x.dtype)
-            n = shape[-1]
-            layer_norm(_rows(x, n), np.ascontiguousarray(w),
-                                   np.ascontiguousarray(b), eps, out.reshape(-1, n))
-            return out
+        def run(x, w, b, out):
+            n = out.shape[-1]
+            layer_norm(_rows(x, n), np.ascontiguousarray(w), np.ascontiguousarray(b), eps,
+                       out.reshape(-1, n))
+    elif kind == "row_sum":
+        def run(x, out):
+            row_sum(_rows(x, x.shape[-1]), out.reshape(-1))
     else:
         log = kind == "row_log_softmax"
 
-        def kernel(ctx, x, out=None, **_attrs):
-            shape = ctx.out_metas[0].shape
-            if out is None:
-                out = np.empty(shape, x.dtype)
-            n = shape[-1]
+        def run(x, out):
+            n = out.shape[-1]
             f = softmax32 if x.dtype == np.float32 else softmax64
             f(_rows(x, n), log, out.reshape(-1, n))
+
+    def kernel(ctx, *arrays, out=None, **_attrs):
+        res, copy = _out(out, ctx.out_metas[0].shape, arrays[0].dtype)
+        run(*arrays, res)
+        if copy:
+            np.copyto(out, res)
             return out
+        return res
 
     kernel.accepts_out = True
     return kernel
