@@ -1,4 +1,5 @@
-"""numba loops behind a few CPU primitives (im2col, max pooling, scatter-add).
+"""numba loops behind a few CPU primitives (im2col/col2im, max pooling, scatter-add, the SGD
+momentum step).
 
 Each loop does exactly the arithmetic of the NumPy code it replaces (copies, comparisons,
 and adds in the same order), so results are bitwise equal; it only removes NumPy's per-pass
@@ -118,3 +119,14 @@ if numba is not None:
                     j += m
                 dst[b, j] += src[b, i]
         return True
+
+    @_jit
+    def sgd_momentum(p, g, buf, m, neg_lr):
+        """1-D, in place, one pass: buf = buf * m + g; p = p + neg_lr * buf, each operation
+        rounded to the arrays' dtype (m and neg_lr are of that dtype; no FMA contraction), as
+        NumPy's passes.  (In place: distinct outputs would make LLVM's alias check fail and
+        the loop run unvectorised.)"""
+        for i in range(p.shape[0]):
+            b = buf[i] * m + g[i]
+            buf[i] = b
+            p[i] = p[i] + neg_lr * b

@@ -334,6 +334,30 @@ class Primitives:
         self.allocator.free_last(held)
         return dst
 
+    def sgd_momentum(self, p, g, buf, momentum: float, lr: float, p_out=None, buf_out=None):
+        """SGD's momentum step in one pass (no dampening, nesterov, weight decay):
+        buf' = buf * m + g, p' = p + (-lr) * buf', with m and -lr in p's dtype, written into
+        p_out/buf_out (which may be p/buf) or fresh arrays; (p', buf'), or None where there is
+        no fused loop (the kernel then composes it from elementwise primitives)."""
+        arrays = (p, g, buf) + tuple(a for a in (p_out, buf_out) if a is not None)
+        if (p.dtype not in _JIT_FLOATS or not _jit.available()
+                or any(a.dtype != p.dtype or a.shape != p.shape or not a.flags.c_contiguous
+                       for a in arrays)):
+            return None
+        # The loop runs in place: copy into distinct outputs first.
+        if p_out is None:
+            p_out = Primitives.contiguous(self, p)  # (not a subclass's)
+        elif p_out.ctypes.data != p.ctypes.data:
+            np.copyto(p_out, p)
+        if buf_out is None:
+            buf_out = Primitives.contiguous(self, buf)
+        elif buf_out.ctypes.data != buf.ctypes.data:
+            np.copyto(buf_out, buf)
+        t = p.dtype.type
+        _jit.sgd_momentum(p_out.reshape(-1), g.reshape(-1), buf_out.reshape(-1), t(momentum),
+                          t(-lr))
+        return p_out, buf_out
+
     def window_max(self, x, index_map, window, stride, dilation):
         """Max pooling's running maximum over x's padded windows, in torch's scan order, as
         (values, flat input indices) shaped (N, C, *out); None where there is no fused loop

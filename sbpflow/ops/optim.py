@@ -81,6 +81,9 @@ def _sgd_arrays(ctx, d, p, g, buf, lr, first, momentum, dampening, nesterov, wei
     if momentum != 0:
         if first:
             new_buf = prims.contiguous(g) if buf_out is None else prims.copy(buf_out, g)
+        elif (not (maximize or weight_decay or nesterov or dampening)
+              and (fused := prims.sgd_momentum(p, g, buf, momentum, lr, p_out, buf_out))):
+            return fused  # one pass where the device has it (same roundings)
         else:
             # x * 1.0 is x exactly: skip it when there is no dampening (the common case)
             scaled = g if dampening == 0 else prims.binary("mul", _s(ctx, 1 - dampening, d), g)
