@@ -41,6 +41,11 @@ def _arr(r):
     return r if type(r) is np.ndarray else np.asarray(r)
 
 
+def _data(a) -> int:
+    """The address of a's first element."""
+    return a.__array_interface__["data"][0]
+
+
 def _sigmoid(x):
     # Stable for large |x|: exp of a non-positive number only.
     e = np.exp(-np.abs(x))
@@ -347,11 +352,11 @@ class Primitives:
         # The loop runs in place: copy into distinct outputs first.
         if p_out is None:
             p_out = Primitives.contiguous(self, p)  # (not a subclass's)
-        elif p_out.ctypes.data != p.ctypes.data:
+        elif p_out is not p and _data(p_out) != _data(p):
             np.copyto(p_out, p)
         if buf_out is None:
             buf_out = Primitives.contiguous(self, buf)
-        elif buf_out.ctypes.data != buf.ctypes.data:
+        elif buf_out is not buf and _data(buf_out) != _data(buf):
             np.copyto(buf_out, buf)
         t = p.dtype.type
         _jit.sgd_momentum(p_out.reshape(-1), g.reshape(-1), buf_out.reshape(-1), t(momentum),
