@@ -808,3 +808,20 @@ def test_row_kernels_replace_layer_norm_and_softmax_within_rounding(dtype, numba
         assert g_.dtype == dtype.np
         np.testing.assert_allclose(g_, w_.numpy().astype(dtype.np), rtol=rtol, atol=atol)
         np.testing.assert_allclose(g_, e_, rtol=rtol, atol=atol)
+
+
+def test_row_embedding_grad_equals_eager_and_keeps_its_index_error(numba_cache):
+    b = Builder()
+    g = b.input((64, 12, 16))
+    idx = b.input((64, 12), dt.int64)
+    b.output(b.op("embedding_grad", g, idx, num_weights=40))
+    before = copy_job(b.job)
+    fuse_elementwise.run(b.job)
+    assert "row_embedding_grad" in op_types(b.job)
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((64, 12, 16)).astype(np.float32), rng.integers(0, 40, (64, 12))]
+    # the same float32 adds in the same order as the eager index_put: bitwise equal
+    np.testing.assert_array_equal(evaluate(b.job, xs)[0][0], evaluate(before, xs)[0][0])
+    xs[1][3, 4] = 40
+    with pytest.raises(IndexError, match="index out of range"):
+        evaluate(b.job, xs)

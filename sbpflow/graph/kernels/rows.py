@@ -21,7 +21,8 @@ import numpy as np
 from .. import ir
 
 ROW_OPS = {"layer_norm": "row_layer_norm", "softmax": "row_softmax",
-           "log_softmax": "row_log_softmax", "sum": "row_sum"}
+           "log_softmax": "row_log_softmax", "sum": "row_sum",
+           "embedding_grad": "row_embedding_grad"}
 
 try:
     import numba
@@ -144,12 +145,28 @@ def row_sum(x, out):
         out[r] = s
 
 
+@_jit()
+def embedding_grad(g, idx, out):
+    # rows of g added into their table rows in order: the eager kernel's accumulating
+    # index_put (np.add.at) does the same adds in the same order
+    out[:] = 0
+    for i in range(idx.shape[0]):
+        r = idx[i]
+        for j in range(g.shape[1]):
+            out[r, j] += g[i, j]
+
+
 def eligible(job, op) -> bool:
     """Whether `op` may run as its row kernel in a graph."""
     if op.op_type not in ROW_OPS or len(op.outputs) != 1:
         return False
     metas = [job.tensors[t].meta for t in op.inputs]
     x = metas[0]
+    if op.op_type == "embedding_grad":
+        return (x.dtype.name in ("float32", "float64") and metas[1].dtype.name in
+                ("int32", "int64") and op.attrs.get("padding_idx") is None
+                and not op.attrs.get("scale_grad_by_freq")
+                and job.tensors[op.outputs[0]].dtype is x.dtype)
     if x.dtype.name not in ("float32", "float64") or x.ndim < 1 or x.numel == 0:
         return False
     if job.tensors[op.outputs[0]].dtype is not x.dtype:
@@ -167,6 +184,10 @@ def eligible(job, op) -> bool:
     return op.attrs.get("dim") in (-1, x.ndim - 1)
 
 
+class _Fallback(Exception):
+    pass
+
+
 def _out(out, shape, dtype):
     """The planned output when it is a plain C-contiguous buffer (written through a reshaped
     view), else a fresh one."""
@@ -182,6 +203,7 @@ def _rows(a, n):
 def resolve(node, job=None):
     kind = node.op_type
     attrs = dict(node.attrs)
+    eager = None
 
     if kind == "row_layer_norm":
         eps = float(attrs["eps"])
@@ -190,6 +212,17 @@ def resolve(node, job=None):
             n = out.shape[-1]
             layer_norm(_rows(x, n), np.ascontiguousarray(w), np.ascontiguousarray(b), eps,
                        out.reshape(-1, n))
+    elif kind == "row_embedding_grad":
+        from ...ops import registry
+
+        eager = registry.get("embedding_grad").kernel
+        n_rows = int(attrs["num_weights"])
+
+        def run(g, idx, out):
+            flat = np.ascontiguousarray(idx).reshape(-1)
+            if flat.size and (flat.min() < 0 or flat.max() >= n_rows):
+                raise _Fallback
+            embedding_grad(_rows(g, g.shape[-1]), flat, out)
     elif kind == "row_sum":
         def run(x, out):
             row_sum(_rows(x, x.shape[-1]), out.reshape(-1))
@@ -201,9 +234,12 @@ def resolve(node, job=None):
             f = softmax32 if x.dtype == np.float32 else softmax64
             f(_rows(x, n), log, out.reshape(-1, n))
 
-    def kernel(ctx, *arrays, out=None, **_attrs):
+    def kernel(ctx, *arrays, out=None, **kw):
         res, copy = _out(out, ctx.out_metas[0].shape, arrays[0].dtype)
-        run(*arrays, res)
+        try:
+            run(*arrays, res)
+        except _Fallback:  # the eager kernel raises its own error
+            return eager(ctx, *arrays, **kw)
         if copy:
             np.copyto(out, res)
             return out
