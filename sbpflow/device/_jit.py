@@ -130,3 +130,60 @@ if numba is not None:
             b = buf[i] * m + g[i]
             buf[i] = b
             p[i] = p[i] + neg_lr * b
+
+    @_jit
+    def nll_rows(x, target, weight, ignore_index, loss, w_t):
+        """nll_loss per row of x (N, C): w_t[i] = weight[t] (0 if ignored), loss[i] =
+        -(x[i, t] * w_t[i]) (0 if ignored), with t = target[i], or 0 where it is
+        ignore_index.  Returns (min, max) of those t; nothing is read where one is outside
+        [0, C) (the caller raises)."""
+        c = x.shape[1]
+        lo = 0
+        hi = 0
+        for i in range(target.shape[0]):
+            t = target[i]
+            if t == ignore_index:
+                t = 0
+            lo = min(lo, t)
+            hi = max(hi, t)
+        if lo < 0 or hi >= c:
+            return lo, hi
+        for i in range(target.shape[0]):
+            t = target[i]
+            if t == ignore_index:
+                w_t[i, 0] = 0
+                loss[i, 0] = 0
+            else:
+                w = weight[t]
+                w_t[i, 0] = w
+                loss[i, 0] = -(x[i, t] * w)
+        return lo, hi
+
+    @_jit
+    def nll_grad_rows(g, target, weight, ignore_index, dx):
+        """nll_loss's input gradient, dx (N, C) zeroed: dx[i, t] = -(w_t * g[i]) with t and
+        w_t as in nll_rows (ignored rows write -(0 * g) at class 0, as the scatter does).
+        g has one element per row, or one for all (shape (1,)).  Returns (min, max) of t;
+        nothing is written where one is outside [0, C)."""
+        c = dx.shape[1]
+        lo = 0
+        hi = 0
+        for i in range(target.shape[0]):
+            t = target[i]
+            if t == ignore_index:
+                t = 0
+            lo = min(lo, t)
+            hi = max(hi, t)
+        if lo < 0 or hi >= c:
+            return lo, hi
+        per_row = g.shape[0] != 1
+        for i in range(target.shape[0]):
+            t = target[i]
+            w = 0.0  # (a float32 product is exact in float64: one rounding, as float32's)
+            if t == ignore_index:
+                t = 0
+            else:
+                w = weight[t]
+            gi = g[i] if per_row else g[0]
+            dx[i, t] = -(w * gi)
+        return lo, hi

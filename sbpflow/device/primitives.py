@@ -363,6 +363,32 @@ class Primitives:
                           t(-lr))
         return p_out, buf_out
 
+    def nll_rows(self, x, target, weight, ignore_index: int):
+        """nll_loss per row of x (N, C), target (N,) int64, weight (C,):
+        (loss (N, 1), picked weight (N, 1), min target, max target); outside [0, C) the
+        arrays are unset (the kernel raises).  None where there is no fused loop."""
+        if (x.ndim != 2 or x.dtype not in _JIT_FLOATS or weight.dtype != x.dtype
+                or target.dtype != np.int64 or target.shape != x.shape[:1] or x.shape[0] == 0
+                or weight.shape != x.shape[1:] or not _jit.available()):
+            return None
+        loss = np.empty((x.shape[0], 1), x.dtype)
+        w_t = np.empty((x.shape[0], 1), x.dtype)
+        lo, hi = _jit.nll_rows(np.ascontiguousarray(x), target, weight, ignore_index, loss, w_t)
+        return loss, w_t, lo, hi
+
+    def nll_grad_rows(self, g, target, weight, ignore_index: int):
+        """nll_loss's input gradient (N, C) for target (N,) int64, weight (C,), g () or (N,):
+        (dx, min target, max target), or None where there is no fused loop."""
+        if (g.dtype not in _JIT_FLOATS or weight.dtype != g.dtype or target.ndim != 1
+                or target.dtype != np.int64 or target.shape[0] == 0 or weight.ndim != 1
+                or g.size not in (1, target.shape[0]) or g.ndim > 1 or not _jit.available()):
+            return None
+        dx = self.allocator.empty((target.shape[0], weight.shape[0]), g.dtype)
+        dx.fill(0)
+        lo, hi = _jit.nll_grad_rows(np.ascontiguousarray(g).reshape(-1), target, weight,
+                                    ignore_index, dx)
+        return dx, lo, hi
+
     def window_max(self, x, index_map, window, stride, dilation):
         """Max pooling's running maximum over x's padded windows, in torch's scan order, as
         (values, flat input indices) shaped (N, C, *out); None where there is no fused loop

@@ -1128,10 +1128,17 @@ def _nll_kernel(ctx, x, target, weight, reduction="none", ignore_index=-100):
     k, (x, weight) = _in_compute(ctx, (x, weight), (xm, ctx.in_metas[2]))
     p = ctx.prims
     c = ctx.in_metas[2].shape[0]
-    valid, safe, w_t = _nll_targets(ctx, k, target, tm, weight, c, ignore_index)
-    x_last = p.permute(x, _class_last_perm(xm.ndim))
-    picked = p.gather(x_last, xm.ndim - 1, safe)
-    loss = k.where(valid, k.u("neg", k.mul(picked, w_t)), 0.0)
+    rows = (p.nll_rows(x, target, weight, ignore_index)  # one loop, where the device has it
+            if xm.ndim == 2 and tm.dtype is dt.int64 else None)
+    if rows is not None:
+        loss, w_t, lo, hi = rows
+        if lo < 0 or hi >= c:
+            raise IndexError(f"Target {lo if lo < 0 else hi} is out of bounds.")
+    else:
+        valid, safe, w_t = _nll_targets(ctx, k, target, tm, weight, c, ignore_index)
+        x_last = p.permute(x, _class_last_perm(xm.ndim))
+        picked = p.gather(x_last, xm.ndim - 1, safe)
+        loss = k.where(valid, k.u("neg", k.mul(picked, w_t)), 0.0)
     all_axes = tuple(range(tm.ndim + 1))
     total_weight = k.sum(w_t, all_axes)
     if reduction == "none":
@@ -1229,6 +1236,13 @@ def _nll_grad_kernel(ctx, g, target, weight, reduction="none", ignore_index=-100
     k, (g, weight) = _in_compute(ctx, (g, weight), (gm, wm))
     p = ctx.prims
     c = wm.shape[0]
+    rows = (p.nll_grad_rows(g, target, weight, ignore_index)  # one loop, where it exists
+            if tm.ndim == 1 and tm.dtype is dt.int64 else None)
+    if rows is not None:
+        dx, lo, hi = rows
+        if lo < 0 or hi >= c:
+            raise IndexError(f"Target {lo if lo < 0 else hi} is out of bounds.")
+        return _finish(ctx, dx)
     _, safe, w_t = _nll_targets(ctx, k, target, tm, weight, c, ignore_index)
     g_e = g if gm.ndim == 0 else p.slice(g, (Ellipsis, None))
     coef = k.u("neg", k.mul(w_t, g_e))
