@@ -825,3 +825,40 @@ def test_row_embedding_grad_equals_eager_and_keeps_its_index_error(numba_cache):
     xs[1][3, 4] = 40
     with pytest.raises(IndexError, match="index out of range"):
         evaluate(b.job, xs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_layer_norm_grad_ops_become_one_row_kernel(dtype, numba_cache):
+    import sbpflow as flow
+
+    def make():
+        flow.manual_seed(0)
+        m = flow.nn.Sequential(flow.nn.Linear(64, 64), flow.nn.LayerNorm(64))
+        return m.to(getattr(flow, dtype))
+
+    rng = np.random.default_rng(7)
+    x = flow.tensor(rng.standard_normal((64, 12, 64)).astype(dtype))
+    w = flow.tensor(rng.standard_normal((64, 12, 64)).astype(dtype))
+    m1, m2 = make(), make()
+    o1 = flow.optim.SGD(m1.parameters(), lr=1.0)
+    loss = (m1(x) * w).sum()
+    loss.backward()
+    o1.step()
+
+    class G(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = m2
+            self.add_optimizer(flow.optim.SGD(m2.parameters(), lr=1.0))
+
+        def build(self, x):
+            loss = (self.m(x) * w).sum()
+            loss.backward()
+            return loss
+
+    g = G()
+    g(x)
+    assert op_types(g._last.job).count("row_layer_norm_grad") == 1
+    rtol, atol = (1e-10, 1e-10) if dtype == "float64" else (1e-4, 1e-4)
+    for (name, a), b in zip(m2.state_dict().items(), m1.state_dict().values(), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=rtol, atol=atol, err_msg=name)
