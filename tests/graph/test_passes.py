@@ -784,12 +784,13 @@ def test_row_kernels_replace_layer_norm_and_softmax_within_rounding(dtype, numba
     b.output(b.op("softmax", s, dim=1))  # not the last axis: stays
     b.output(b.op("sum", x, dim=(-1,), keepdim=True))
     b.output(b.op("sum", x, dim=(2,)))
-    b.output(b.op("sum", x, dim=(0, 1)))  # not the last axis alone: stays
+    b.output(b.op("sum", x, dim=(0, 1)))  # leading axes: a column sum
+    b.output(b.op("sum", x, dim=(0, 2)))  # neither: stays
     before = copy_job(b.job)
     fuse_elementwise.run(b.job)
     kinds = [t for t in op_types(b.job) if t not in ("input", "output")]
     assert kinds == ["row_layer_norm", "row_softmax", "row_log_softmax", "softmax", "row_sum",
-                     "row_sum", "sum"]
+                     "row_sum", "col_sum", "sum"]
     rng = np.random.default_rng(5)
     sv = rng.standard_normal((16, 4, 12, 12)) * 4
     sv[..., np.triu(np.ones((12, 12), bool), 1)] = -np.inf  # a causal mask
@@ -802,7 +803,7 @@ def test_row_kernels_replace_layer_norm_and_softmax_within_rounding(dtype, numba
     t = [torch.from_numpy(a.astype(np.float64)) for a in xs]
     want = [torch.nn.functional.layer_norm(t[0], (64,), t[1], t[2], 1e-5),
             torch.softmax(t[3], -1), torch.log_softmax(t[3], -1), torch.softmax(t[3], 1),
-            t[0].sum(-1, keepdim=True), t[0].sum(2), t[0].sum((0, 1))]
+            t[0].sum(-1, keepdim=True), t[0].sum(2), t[0].sum((0, 1)), t[0].sum((0, 2))]
     rtol, atol = (1e-6, 1e-12) if dtype is dt.float64 else (1e-5, 1e-6)
     for g_, e_, w_ in zip(got, eager, want, strict=True):
         assert g_.dtype == dtype.np

@@ -1,5 +1,6 @@
 """One pass per row over the last axis: `row_layer_norm`, `row_softmax`, `row_log_softmax`,
-`row_sum`.
+`row_sum`; and `row_layer_norm_grad`, `row_embedding_grad`, `col_sum` (a sum over leading
+axes).
 
 The fusion pass (`fuse_elementwise.swap_row_ops`) turns a `layer_norm` over the last axis, or a
 `softmax`/`log_softmax` (or a `sum`) over the last dim without a dtype change, of a float32/64
@@ -284,6 +285,38 @@ def fuse_layer_norm_grads(job, jit_min) -> int:
     return len(replace)
 
 
+@_jit()
+def col_sum(x, out):
+    # a sum over leading axes: rows added in order into float64 column accumulators
+    rows, n = x.shape
+    acc = np.zeros(n)
+    for r in range(rows):
+        for j in range(n):
+            acc[j] += np.float64(x[r, j])
+    for j in range(n):
+        out[j] = acc[j]
+
+
+def _lead_dims(op, ndim):
+    """k when `op` (a sum) reduces exactly the leading axes 0..k-1 (k < ndim), else 0."""
+    dim = op.attrs.get("dim")
+    if dim is None or op.attrs.get("dtype") is not None:
+        return 0
+    dims = sorted(d % ndim for d in dim) if ndim else []
+    k = len(dims)
+    return k if 0 < k < ndim and dims == list(range(k)) and len(set(dims)) == k else 0
+
+
+def target(job, op):
+    """The graph kernel op type `op` runs as, or None."""
+    if op.op_type == "sum" and len(op.outputs) == 1:
+        x = job.tensors[op.inputs[0]].meta
+        if (x.dtype.name in ("float32", "float64") and x.numel > 0
+                and job.tensors[op.outputs[0]].dtype is x.dtype and _lead_dims(op, x.ndim)):
+            return "col_sum"
+    return ROW_OPS[op.op_type] if eligible(job, op) else None
+
+
 def eligible(job, op) -> bool:
     """Whether `op` may run as its row kernel in a graph."""
     if op.op_type not in ROW_OPS or len(op.outputs) != 1:
@@ -365,6 +398,11 @@ def resolve(node, job=None):
             if flat.size and (flat.min() < 0 or flat.max() >= n_rows):
                 raise _Fallback
             embedding_grad(_rows(g, g.shape[-1]), flat, out)
+    elif kind == "col_sum":
+        def run(x, out):
+            k = _lead_dims(node, x.ndim)
+            n = math.prod(x.shape[k:])
+            col_sum(np.ascontiguousarray(x).reshape(-1, n), out.reshape(-1))
     elif kind == "row_sum":
         def run(x, out):
             row_sum(_rows(x, x.shape[-1]), out.reshape(-1))
@@ -391,5 +429,5 @@ def resolve(node, job=None):
     return kernel
 
 
-for _t in (*ROW_OPS.values(), "row_layer_norm_grad"):
+for _t in (*ROW_OPS.values(), "row_layer_norm_grad", "col_sum"):
     ir.KERNEL_RESOLVERS[_t] = resolve
