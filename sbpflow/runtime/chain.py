@@ -60,6 +60,15 @@ class LinkedOp:
 STRUCTURAL = ("variable", "feed", "constant")
 
 
+def _reshape_view(a, shape, kernel, ctx):
+    """A reshape of a step input: a view of a C-contiguous array, else the kernel's copy."""
+    if type(a) is np.ndarray and a.flags.c_contiguous:
+        v = a.view()
+        v.shape = shape
+        return v
+    return ctx.prims.ensure_contiguous(kernel(ctx, a))
+
+
 def link_op(desc, resolve=None) -> LinkedOp:
     """Find the kernel of an op: `resolve(desc)` first (op types the graph layer knows, such
     as fused kernels), then the op registry."""
@@ -189,6 +198,22 @@ class Chain:
         in_results = [t for t in dict.fromkeys(task.results)
                       if plan.tensors[t].root == "input"]
 
+        # Reshapes of the step's inputs whose result only plain (non-view) ops read and the
+        # chain does not return: a view when the input array is C-contiguous (the copy-in
+        # slots are), so no copy; such ops never write their inputs.
+        readers: dict[str, list] = {}
+        for op in task.ops:
+            for t in op.inputs:
+                readers.setdefault(t, []).append(op)
+        results = set(task.results)
+        input_reshapes = {
+            op.name for op in task.ops
+            if op.op_type == "reshape" and len(op.inputs) == 1 and op.inputs[0] in ins_names
+            and op.outputs[0] not in results
+            and all(r.op_type not in STRUCTURAL and not linked[r.name].view
+                    for r in readers.get(op.outputs[0], ()))}
+        env["rv"] = _reshape_view
+
         body: list[tuple[str, object]] = []  # (line, op or None)
         if ins_names:
             body.append((f"{', '.join(name_of(t) for t in ins_names)}, = ins", None))
@@ -249,6 +274,10 @@ class Chain:
                 call = f"F{k}({args})"
                 if any(w is not None for w in writes):
                     pass
+                elif op.name in input_reshapes:
+                    env["S" + k] = tuple(plan.tensors[op.outputs[0]].shape)
+                    body.append((f"{outs[0]} = rv({name_of(op.inputs[0])}, S{k}, F{k}, C{k})"
+                                 f"  # {op.op_type} ({op.name}), a view of the input", op))
                 elif lk.view or out_buf is not None:
                     body.append((f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = {call}"
                                  f"  # {op.op_type} ({op.name})", op))
