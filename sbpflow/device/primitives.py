@@ -15,7 +15,9 @@ The set, by family:
               their adjoint, for convolution and pooling), flip
   index       gather, scatter (in place), index (advanced indexing), index_put (in place),
               sort
-  nn          softmax, log_softmax, pad
+  nn          softmax, log_softmax, pad, unfold / fold (im2col / col2im), window_max (max
+              pooling), nll_rows / nll_grad_rows, sgd_momentum; all but unfold may return
+              None where the device has no fused loop, and the kernel composes the others
   random      random (counter-based, see random.py)
 """
 
