@@ -23,6 +23,7 @@ The set, by family:
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -517,7 +518,18 @@ class Primitives:
                 lo, hi = params["low"], params["high"]
                 out = lo + (w % np.uint64(hi - lo)).astype(np.int64)
             elif kind == "bernoulli":
-                out = _rng.uniform_from_words(w) < params["p"]
+                # uniform u = k / 2**53 (k = the word's top 53 bits) < p, compared as integers:
+                # u < p <=> k < p * 2**53 (exact) <=> k < ceil(p * 2**53).  The same mask with
+                # no float conversion.
+                p = params["p"]
+                if np.ndim(p):  # a probability per element
+                    out = _rng.uniform_from_words(w) < p
+                elif not p > 0:
+                    out = np.zeros(w.shape, bool)
+                elif p >= 1:
+                    out = np.ones(w.shape, bool)
+                else:
+                    out = (w >> np.uint64(11)) < np.uint64(math.ceil(float(p) * 2.0 ** 53))
             else:
                 raise ValueError(f"random: unknown kind {kind!r}")
         return np.asarray(out).astype(dtype.np, copy=False)
