@@ -135,12 +135,8 @@ if numba is not None:
             p[i] = p[i] + neg_lr * b
 
     @_jit
-    def nll_rows(x, target, weight, ignore_index, loss, w_t):
-        """nll_loss per row of x (N, C): w_t[i] = weight[t] (0 if ignored), loss[i] =
-        -(x[i, t] * w_t[i]) (0 if ignored), with t = target[i], or 0 where it is
-        ignore_index.  Returns (min, max) of those t; nothing is read where one is outside
-        [0, C) (the caller raises)."""
-        c = x.shape[1]
+    def _class_range(target, ignore_index):
+        """(min, max) of the target classes, counting an ignored entry as class 0."""
         lo = 0
         hi = 0
         for i in range(target.shape[0]):
@@ -149,6 +145,16 @@ if numba is not None:
                 t = 0
             lo = min(lo, t)
             hi = max(hi, t)
+        return lo, hi
+
+    @_jit
+    def nll_rows(x, target, weight, ignore_index, loss, w_t):
+        """nll_loss per row of x (N, C): w_t[i] = weight[t] (0 if ignored), loss[i] =
+        -(x[i, t] * w_t[i]) (0 if ignored), with t = target[i], or 0 where it is
+        ignore_index.  Returns (min, max) of those t; nothing is read where one is outside
+        [0, C) (the caller raises)."""
+        c = x.shape[1]
+        lo, hi = _class_range(target, ignore_index)
         if lo < 0 or hi >= c:
             return lo, hi
         for i in range(target.shape[0]):
@@ -169,14 +175,7 @@ if numba is not None:
         g has one element per row, or one for all (shape (1,)).  Returns (min, max) of t;
         nothing is written where one is outside [0, C)."""
         c = dx.shape[1]
-        lo = 0
-        hi = 0
-        for i in range(target.shape[0]):
-            t = target[i]
-            if t == ignore_index:
-                t = 0
-            lo = min(lo, t)
-            hi = max(hi, t)
+        lo, hi = _class_range(target, ignore_index)
         if lo < 0 or hi >= c:
             return lo, hi
         per_row = g.shape[0] != 1
