@@ -205,10 +205,13 @@ def _tensor_text(t: Tensor) -> str:
 class _Compiled:
     """One traced and compiled signature: the Job, its output spec, the runner."""
 
-    __slots__ = ("job", "out_spec", "runner", "pass_times", "states", "feeds")
+    __slots__ = ("job", "out_spec", "runner", "pass_times", "states", "feeds", "out_sbps")
 
     def __init__(self, job, out_spec, runner, pass_times, states, feeds):
         self.job = job
+        # Global inputs give global outputs, with the placement and SBP the Job gives them
+        # (on one rank every SBP holds the whole tensor); None for a local graph.
+        self.out_sbps = None
         self.out_spec = out_spec
         self.runner = runner
         self.pass_times = pass_times
@@ -317,6 +320,8 @@ class Graph:
         self.__dict__["_last"] = compiled
         feeds = self._before_run(compiled)
         outs = compiled.runner.run(leaves, feeds)
+        if compiled.out_sbps is not None:
+            outs = [o.to_global(*where) for o, where in zip(outs, compiled.out_sbps)]
         self._after_run(compiled)
         return unflatten(compiled.out_spec, list(outs))
 
@@ -402,7 +407,13 @@ class Graph:
             parts = ", ".join(f"{n} {s * 1e3:.1f} ms" for n, s in times.items())
             print(f"{self._name}: trace {trace_s * 1e3:.1f} ms; passes: {parts}; "
                   f"compile {compile_s * 1e3:.1f} ms")
-        return _Compiled(job, out_spec, runner, times, states, feeds)
+        compiled = _Compiled(job, out_spec, runner, times, states, feeds)
+        leaves: list = []
+        flatten((args, kwargs), leaves)
+        if any(t.is_global for t in leaves):
+            compiled.out_sbps = [(job.tensors[op.inputs[0]].placement,
+                                  job.tensors[op.inputs[0]].sbp) for op in job.outputs()]
+        return compiled
 
     def _add_optimizer_config(self, job: Job) -> list:
         """job.config["optimizers"] and the state variables (the eager state tensors)."""

@@ -606,3 +606,20 @@ def _kernel_error_case():
     graph = [g(x, y).item() for x, y in zip(xs, ys)]
     np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-6)
     _assert_same(_params(m2), _params(m1))
+
+
+def test_global_inputs_give_global_outputs_on_one_rank():
+    """OneFlow semantics on one rank: a graph called with global tensors returns global
+    tensors (placement and SBP from the Job) with the values of the eager local forward;
+    a local call of the same graph compiles its own plan and returns a local tensor."""
+    p = flow.placement("cpu", [0])
+    g = EvalGraph(_mlp())
+    x = flow.randn(6, 6)
+    out = g(x.to_global(p, flow.sbp.split(0)))
+    assert out.is_global and out.placement == p
+    with flow.no_grad():
+        expect = _mlp()(x)
+    np.testing.assert_allclose(out.numpy(), expect.numpy(), rtol=1e-6, atol=1e-7)
+    local = g(x)
+    assert local.is_local and len(g._cache) == 2
+    np.testing.assert_allclose(local.numpy(), expect.numpy(), rtol=1e-6, atol=1e-7)
