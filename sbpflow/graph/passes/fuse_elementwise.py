@@ -215,18 +215,13 @@ def run(job) -> None:
         drop.update(members)
         if head is not None:
             drop.add(head.name)
-    new_ops = []
-    for op in job.ops:
-        if op.name in replace:
-            node = replace[op.name]
+    # Each group's fused node takes its root's place; the other members (and the head) go.
+    for i, op in enumerate(job.ops):
+        node = replace.get(op.name)
+        if node is not None:
             job.tensors[node.outputs[0]].producer = node.name
-            new_ops.append(node)
-        elif op.name in drop:
-            for o in op.outputs:
-                job.tensors.pop(o, None)
-        else:
-            new_ops.append(op)
-    job.ops = new_ops
+            job.ops[i] = node
+    job.remove_ops(drop - replace.keys())
     job.stats["fused_groups"] = job.stats.get("fused_groups", 0) + len(groups)
     job.stats["fused_ops"] = job.stats.get("fused_ops", 0) + sum(
         len(m) + (h is not None) for m, h, _ in groups)
