@@ -2,4 +2,5 @@
 
 from ..framework.functional.conv import *  # noqa: F403
 from ..framework.functional.nn import *  # noqa: F403
+from ..framework.functional.resample import *  # noqa: F403
 from ..framework.functional.shape import pad  # noqa: F401

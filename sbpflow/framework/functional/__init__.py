@@ -8,10 +8,21 @@ signature are lifted there.
 from __future__ import annotations
 
 from ..tensor import Tensor
-from . import conv, conversion, creation, elementwise, index, linalg, nn, reduce, shape
+from . import (
+    conv,
+    conversion,
+    creation,
+    elementwise,
+    index,
+    linalg,
+    nn,
+    reduce,
+    resample,
+    shape,
+)
 
-_FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape, index, nn, conv)
-_NN_FAMILIES = (nn, conv)
+_FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape, index, nn, conv, resample)
+_NN_FAMILIES = (nn, conv, resample)
 _TOP_LEVEL_NN = {
     "relu", "relu_", "selu", "selu_", "celu", "celu_", "rrelu", "rrelu_", "prelu",
     "hardshrink", "threshold", "threshold_", "softmax", "log_softmax", "dropout", "dropout_",

@@ -1,50 +1,45 @@
-"""nn modules."""
+"""nn modules, one file per torch.nn.modules submodule (torch's module paths)."""
 
-from .activation import (
-    ELU,
-    GELU,
-    Hardtanh,
-    LeakyReLU,
-    LogSoftmax,
-    ReLU,
-    ReLU6,
-    Sigmoid,
-    SiLU,
-    Softmax,
-    Softplus,
-    Tanh,
+from . import (  # noqa: F401
+    activation,
+    container,
+    conv,
+    distance,
+    dropout,
+    flatten,
+    fold,
+    linear,
+    loss,
+    module,
+    normalization,
+    padding,
+    pixelshuffle,
+    pooling,
+    rnn,
+    sparse,
+    transformer,
+    upsampling,
 )
-from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from .conv import Conv1d, Conv2d
-from .linear import Identity, Linear
-from .loss import (
-    BCELoss,
-    BCEWithLogitsLoss,
-    CrossEntropyLoss,
-    L1Loss,
-    MSELoss,
-    NLLLoss,
-    SmoothL1Loss,
-)
-from .misc import (
-    AdaptiveAvgPool2d,
-    AvgPool2d,
-    Dropout,
-    Embedding,
-    Flatten,
-    MaxPool2d,
-    Unflatten,
-)
-from .module import Module
-from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
-from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .activation import *  # noqa: F403
+from .container import *  # noqa: F403
+from .conv import *  # noqa: F403
+from .distance import *  # noqa: F403
+from .dropout import *  # noqa: F403
+from .flatten import *  # noqa: F403
+from .fold import *  # noqa: F403
+from .linear import *  # noqa: F403
+from .loss import *  # noqa: F403
+from .module import *  # noqa: F403
+from .normalization import *  # noqa: F403
+from .padding import *  # noqa: F403
+from .pixelshuffle import *  # noqa: F403
+from .pooling import *  # noqa: F403
+from .rnn import *  # noqa: F403
+from .sparse import *  # noqa: F403
+from .transformer import *  # noqa: F403
+from .upsampling import *  # noqa: F403
 
-__all__ = [
-    "AdaptiveAvgPool2d", "AvgPool2d", "BCELoss", "BCEWithLogitsLoss", "BatchNorm1d",
-    "BatchNorm2d", "Conv1d", "Conv2d", "CrossEntropyLoss", "Dropout", "ELU", "Embedding",
-    "Flatten", "GELU", "GroupNorm", "Hardtanh", "Identity", "L1Loss", "LayerNorm", "LeakyReLU",
-    "Linear", "LogSoftmax", "MSELoss", "MaxPool2d", "Module", "ModuleDict", "ModuleList",
-    "MultiheadAttention", "NLLLoss", "ParameterDict", "ParameterList", "ReLU", "ReLU6",
-    "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss", "Softmax", "Softplus", "Tanh",
-    "TransformerEncoder", "TransformerEncoderLayer", "Unflatten",
-]
+__all__ = sorted({name for m in (
+    module, container, activation, linear, conv, pooling, normalization, dropout, sparse,
+    flatten, loss, transformer, rnn, pixelshuffle, upsampling, fold, padding, distance,
+) for name in m.__all__})

@@ -5,6 +5,11 @@ from __future__ import annotations
 from .. import functional as F
 from .module import Module
 
+__all__ = [
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softplus",
+    "Hardtanh", "Softmax", "LogSoftmax",
+]
+
 
 class _Inplaceable(Module):
     def __init__(self, inplace: bool = False):

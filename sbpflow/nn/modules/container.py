@@ -8,6 +8,8 @@ from collections import OrderedDict
 from ...framework.parameter import Parameter
 from .module import Module
 
+__all__ = ["Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
+
 
 class Sequential(Module):
     def __init__(self, *args):

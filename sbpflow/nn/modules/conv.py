@@ -10,6 +10,8 @@ from .. import functional as F
 from .. import init
 from .module import Module
 
+__all__ = ["Conv1d", "Conv2d"]
+
 
 def _ntuple(x, n):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n

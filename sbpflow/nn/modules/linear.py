@@ -10,6 +10,8 @@ from .. import functional as F
 from .. import init
 from .module import Module
 
+__all__ = ["Identity", "Linear"]
+
 
 class Identity(Module):
     def __init__(self, *args, **kwargs):

@@ -9,6 +9,8 @@ from ...autograd import no_grad
 from ...framework.parameter import Parameter
 from ...framework.tensor import Tensor
 
+__all__ = ["Module"]
+
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 

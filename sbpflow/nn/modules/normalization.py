@@ -10,6 +10,8 @@ from .. import functional as F
 from .. import init
 from .module import Module
 
+__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm"]
+
 
 class _BatchNorm(Module):
     _expected_dims: tuple[int, ...] = ()

@@ -9,10 +9,15 @@ from ...framework.parameter import Parameter
 from .. import functional as F
 from .. import init
 from .activation import GELU, ReLU
+from .dropout import Dropout
 from .linear import Linear
-from .misc import Dropout
 from .module import Module
 from .normalization import LayerNorm
+
+__all__ = [
+    "NonDynamicallyQuantizableLinear", "MultiheadAttention", "TransformerEncoderLayer",
+    "TransformerEncoder",
+]
 
 
 class NonDynamicallyQuantizableLinear(Linear):

@@ -1,7 +1,8 @@
 """nn.utils: gradient clipping and parameter/vector conversion."""
 
+from . import rnn
 from .clip_grad import clip_grad_norm_, clip_grad_value_
 from .convert_parameters import parameters_to_vector, vector_to_parameters
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
+__all__ = ["rnn", "clip_grad_norm_", "clip_grad_value_", "parameters_to_vector",
            "vector_to_parameters"]

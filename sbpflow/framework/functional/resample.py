@@ -1,0 +1,6 @@
+"""Functional resampling: interpolate, pixel_shuffle, unfold, fold (torch.nn.functional)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+METHODS: dict = {}

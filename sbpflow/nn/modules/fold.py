@@ -1,0 +1,5 @@
+"""Fold and Unfold (torch.nn.modules.fold)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

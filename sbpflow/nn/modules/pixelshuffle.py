@@ -1,0 +1,5 @@
+"""PixelShuffle and PixelUnshuffle (torch.nn.modules.pixelshuffle)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Recurrent-cell ops."""
+
+from __future__ import annotations
