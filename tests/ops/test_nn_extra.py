@@ -427,8 +427,10 @@ def test_dropout_inplace():
 
 @pytest.mark.parametrize("fn,shape,lead", [
     (F.dropout1d, (8, 50, 6), 2), (F.dropout2d, (8, 50, 3, 3), 2),
-    (F.dropout3d, (4, 50, 2, 2, 2), 2), (F.dropout2d, (50, 3, 3), 1), (F.dropout1d, (50, 6), 1),
+    (F.dropout3d, (4, 50, 2, 2, 2), 2), (F.dropout3d, (50, 3, 3, 3), 1), (F.dropout1d, (50, 6), 1),
+    (F.dropout2d, (50, 3, 3), 2),  # torch reads 3-D input to dropout2d as (N, C, L), warning
 ])
+@pytest.mark.filterwarnings("ignore:dropout2d")
 def test_feature_dropout_zeroes_whole_channels(fn, shape, lead):
     """One draw per (sample, channel), or per channel for unbatched input."""
     flow.manual_seed(9)

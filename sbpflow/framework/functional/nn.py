@@ -283,33 +283,121 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True,
     return _maybe_inplace("dropout", _dropout, input, inplace, p=float(p))
 
 
-def _feature_dropout(name, input, p, training, inplace, batched_ndim):
-    """Zero whole channels: one Bernoulli draw per (batch, channel), shared over the rest."""
-    _check_p(p)
-    if input.ndim not in (batched_ndim - 1, batched_ndim):
-        raise RuntimeError(f"{name}: Expected {batched_ndim - 1}D or {batched_ndim}D input, but "
-                           f"received a {input.ndim}D input")
+def _keep_mask(input: Tensor, p: float, shape) -> Tensor:
+    """A 0/1 mask of `shape` in input's dtype: each entry kept with probability 1 - p."""
+    ones = creation.ones(tuple(shape), dtype=input.dtype, device=input._where())
+    return call("dropout", ones, p=p)[1].to(input.dtype)
+
+
+def _feature_noise_shape(name: str, input: Tensor) -> tuple[int, ...]:
+    # ATen's make_feature_noise: one draw per (batch, channel), shared over the rest.
+    if input.ndim < 2:
+        raise RuntimeError(f"{name}: Feature dropout requires at least 2 dimensions in the "
+                           f"input, got a {input.ndim}D input")
+    return tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+
+
+def _feature_dropout_impl(name, input, p, training, inplace, alpha=False, feature=True):
+    """ATen's _dropout_impl: feature dropout draws per (N, C); alpha dropout keeps SELU's
+    statistics."""
     if not training or p == 0.0 or input.numel() == 0:
         return input
-    lead = 2 if input.ndim == batched_ndim else 1
-    noise_shape = tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
-    # dropout of ones is the scaled keep-mask itself.
-    noise = _dropout(creation.ones(noise_shape, dtype=input.dtype, device=input._where()), p)
+    shape = _feature_noise_shape(name, input) if feature else tuple(input.shape)
+    if p == 1.0:
+        zero = creation.zeros((), dtype=input.dtype, device=input._where())
+        return input.mul_(zero) if inplace else input * zero
+    keep = _keep_mask(input, p, shape)
+    if alpha:
+        # out = x * keep * a + b, b = (keep - 1) * alpha * a + alpha * a * p: SELU's mean and
+        # variance are kept (torch's constants and order of operations).
+        a = 1.0 / math.sqrt((_ALPHA_PRIME * _ALPHA_PRIME * p + 1) * (1 - p))
+        b = (keep - 1) * (_ALPHA_PRIME * a) + _ALPHA_PRIME * a * p
+        noise = keep * a
+        if inplace:
+            return input.mul_(noise).add_(b)
+        return input * noise + b
+    noise = keep / (1 - p)
     if inplace:
         return input.mul_(noise)
     return input * noise
 
 
+_ALPHA_PRIME = 1.7580993408473766  # -SELU's negative saturation value, scale * alpha
+
+
+def _unsqueezed_feature_dropout(name, input, p, training, inplace, batched_ndim):
+    if input.ndim == batched_ndim:
+        return _feature_dropout_impl(name, input, p, training, inplace)
+    # Unbatched input: one draw per channel.
+    x = input.unsqueeze(0)
+    out = _feature_dropout_impl(name, x, p, training, False)
+    if out is x:
+        return input
+    out = out.squeeze(0)
+    if inplace:
+        interpreter.assign(input, out, name + "_")
+        return input
+    return out
+
+
 def dropout1d(input, p=0.5, training=True, inplace=False):
-    return _feature_dropout("dropout1d", input, p, training, inplace, 3)
+    _check_p(p)
+    if input.ndim not in (2, 3):
+        raise RuntimeError(
+            f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. "
+            "Note that dropout1d exists to provide channel-wise dropout on inputs with 1 "
+            "spatial dimension, a channel dimension, and an optional batch dimension "
+            "(i.e. 2D or 3D inputs).")
+    return _unsqueezed_feature_dropout("dropout1d", input, p, training, inplace, 3)
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    return _feature_dropout("dropout2d", input, p, training, inplace, 4)
+    _check_p(p)
+    if input.ndim not in (3, 4):
+        warnings.warn(
+            f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated "
+            "and will result in an error in a future release. To retain the behavior "
+            "and silence this warning, please use dropout instead. Note that dropout2d "
+            "exists to provide channel-wise dropout on inputs with 2 spatial dimensions, "
+            "a channel dimension, and an optional batch dimension (i.e. 3D or 4D inputs).",
+            stacklevel=2)
+    if input.ndim == 3:
+        # torch keeps its historical reading of 3-D input: (N, C, L), not unbatched (C, H, W).
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise "
+            "1D dropout behavior is desired - input is interpreted as shape (N, C, L), where C "
+            "is the channel dim. This behavior will change in a future release to interpret the "
+            "input as one without a batch dimension, i.e. shape (C, H, W). To maintain the 1D "
+            "channel-wise dropout behavior, please switch to using dropout1d instead.",
+            stacklevel=2)
+    return _feature_dropout_impl("dropout2d", input, p, training, inplace)
 
 
 def dropout3d(input, p=0.5, training=True, inplace=False):
-    return _feature_dropout("dropout3d", input, p, training, inplace, 5)
+    _check_p(p)
+    if input.ndim not in (4, 5):
+        warnings.warn(
+            f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated "
+            "and will result in an error in a future release. To retain the behavior "
+            "and silence this warning, please use dropout instead. Note that dropout3d "
+            "exists to provide channel-wise dropout on inputs with 3 spatial dimensions, "
+            "a channel dimension, and an optional batch dimension (i.e. 4D or 5D inputs).",
+            stacklevel=2)
+    if input.ndim == 5:
+        return _feature_dropout_impl("dropout3d", input, p, training, inplace)
+    return _unsqueezed_feature_dropout("dropout3d", input, p, training, inplace, 5)
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_p(p)
+    return _feature_dropout_impl("alpha_dropout", input, p, training, inplace, alpha=True,
+                                 feature=False)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    _check_p(p)
+    return _feature_dropout_impl("feature_alpha_dropout", input, p, training, inplace,
+                                 alpha=True)
 
 
 # =========================================================================================
@@ -882,6 +970,7 @@ METHODS = {
 __all__ = [
     "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu",
     "celu_", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d",
+    "alpha_dropout", "feature_alpha_dropout",
     "dropout2d", "dropout3d", "elu", "elu_", "embedding", "gelu", "glu", "group_norm",
     "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hardtanh_", "hinge_embedding_loss",
     "huber_loss", "instance_norm", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "leaky_relu_",
