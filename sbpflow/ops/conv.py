@@ -1365,3 +1365,135 @@ register(OpDef(
     ],
     doc="Gradient of adaptive average pooling: the transposed averaging matrices.",
 ))
+
+
+# -- adaptive max pooling -----------------------------------------------------------------------
+def _adaptive_max_name(n):
+    return f"adaptive_max_pool{n}d"
+
+
+@functools.lru_cache(maxsize=256)
+def _adaptive_index_map(spatial: tuple, out: tuple) -> np.ndarray:
+    """(prod(out), K) flat input indices: window i of an axis spans
+    [floor(i*size/out), ceil((i+1)*size/out)); windows differ in length, so each axis pads its
+    taps to the longest one by repeating the window's last position.
+
+    A repeated tap neither changes a maximum nor, scanned in order, its index: an element's
+    first and last visits keep torch's row-major scan order (first maximum wins, last NaN)."""
+    n = len(spatial)
+    per_axis = []
+    for size, o in zip(spatial, out, strict=True):
+        start = (np.arange(o) * size) // o
+        end = -((-(np.arange(o) + 1) * size) // o)
+        k = int((end - start).max())
+        pos = np.minimum(start[:, None] + np.arange(k)[None, :], end[:, None] - 1)
+        per_axis.append(pos)
+    kernel = tuple(p.shape[1] for p in per_axis)
+    flat = np.zeros(tuple(out) + kernel, dtype=np.int64)
+    step = 1
+    for i in reversed(range(n)):
+        shape = [1] * (2 * n)
+        shape[i], shape[n + i] = out[i], kernel[i]
+        flat += per_axis[i].reshape(shape) * step
+        step *= spatial[i]
+    return flat.reshape(math.prod(out), math.prod(kernel))
+
+
+def _adaptive_max_meta(n):
+    name = _adaptive_max_name(n)
+
+    def meta(x, output_size):
+        _check_pool_input(name, x, n)
+        if not x.dtype.is_floating_point:
+            raise op_error(name, f"\"{name}\" not implemented for '{x.dtype.name}'",
+                           NotImplementedError)
+        out = adaptive_output_size(name, x.shape[2:], output_size)
+        if any(o == 0 for o in out):
+            raise op_error(name, f"output_size must be positive, got {list(out)}")
+        shape = x.shape[:2] + out
+        return TensorMeta(shape, x.dtype), TensorMeta(shape, dt.int64)
+
+    return meta
+
+
+def _adaptive_max_kernel(ctx, x, output_size):
+    xm = ctx.in_metas[0]
+    spatial = tuple(xm.shape[2:])
+    out = tuple(ctx.out_metas[0].shape[2:])
+    lead = xm.shape[:2]
+    host = _adaptive_index_map(spatial, out)
+    index_map = ctx.prims.from_host(host, dt.int64)  # (L_out, K)
+    flat = _reshape(ctx, x, lead + (_prod(spatial),))
+    vals = ctx.prims.index(flat, (slice(None), slice(None), index_map))  # (N, C, L_out, K)
+    shape = lead + (host.shape[0],)
+    # The running maximum of max pooling (see _max_pool_kernel): strictly greater or NaN wins.
+    best = indices = None
+    for t in range(host.shape[1]):
+        value = ctx.prims.slice(vals, (Ellipsis, t))
+        where = ctx.prims.slice(index_map, (slice(None), t))
+        if best is None:
+            best = ctx.prims.contiguous(value)
+            indices = ctx.prims.contiguous(ctx.prims.broadcast_to(where, shape))
+            continue
+        wins = ctx.prims.binary("logical_or", ctx.prims.binary("gt", value, best),
+                                ctx.prims.unary("isnan", value))
+        best = ctx.prims.binary("maximum", best, value)
+        step = ctx.prims.binary("mul", wins, ctx.prims.binary("sub", where, indices))
+        indices = ctx.prims.binary("add", indices, step)
+    return (ctx.prims.reshape(best, lead + out),
+            ctx.prims.reshape(ctx.prims.contiguous(indices), lead + out))
+
+
+def _torch_adaptive_max(n):
+    def ref(torch, x, output_size):
+        f = getattr(torch.nn.functional, f"adaptive_max_pool{n}d")
+        return f(x, output_size, return_indices=True)
+
+    return ref
+
+
+def _adaptive_max2d_samples(rng):
+    r = functools.partial(_rand, rng)
+    ties = np.round(r(2, 2, 7, 6) * 1.5)  # many equal values: the first maximum wins
+    nans = r(2, 2, 5, 5)
+    nans[0, 0, 1, 1] = nans[1, 1, 4, 3] = nans[1, 1, 4, 4] = np.nan
+    return [
+        Sample(r(2, 3, 7, 5), output_size=(3, 2)),
+        Sample(r(2, 2, 6, 6), output_size=3),
+        Sample(r(2, 2, 5, 7), output_size=(None, 3)),
+        Sample(r(2, 2, 4, 5), output_size=(6, 7)),
+        Sample(r(2, 3, 7, 6, dtype=np.float32), output_size=(4, 1)),
+        Sample(ties, output_size=(3, 4), grad=False),
+        Sample(nans, output_size=(2, 2), grad=False),
+    ]
+
+
+def _adaptive_max1d_samples(rng):
+    r = functools.partial(_rand, rng)
+    return [Sample(r(2, 3, 7), output_size=3), Sample(r(2, 2, 5), output_size=(1,)),
+            Sample(r(2, 2, 6, dtype=np.float32), output_size=4)]
+
+
+def _adaptive_max3d_samples(rng):
+    return [Sample(_rand(rng, 2, 2, 5, 4, 6), output_size=(2, None, 4))]
+
+
+_ADAPTIVE_MAX_SAMPLES = {1: _adaptive_max1d_samples, 2: _adaptive_max2d_samples,
+                         3: _adaptive_max3d_samples}
+
+for _n in (1, 2, 3):
+    register(OpDef(
+        _adaptive_max_name(_n),
+        inputs=("input",),
+        outputs=("out", "indices"),
+        attrs={"output_size": Attr("any")},
+        infer_meta=_adaptive_max_meta(_n),
+        kernel=_adaptive_max_kernel,
+        saves=("indices",),
+        grad=_max_pool_grad_rule,
+        sbp=functools.partial(_pool_sbp, n_outputs=2),
+        reference=_torch_adaptive_max(_n),
+        samples=_ADAPTIVE_MAX_SAMPLES[_n],
+        doc=f"{_n}-D adaptive max pooling: values and flat input indices; the gradient is "
+            "max_pool_grad's scatter.",
+    ))

@@ -227,10 +227,91 @@ def adaptive_avg_pool3d(input, output_size):
     return _adaptive_avg_pool(3, input, output_size)
 
 
+def _adaptive_max_pool(n, input, output_size, return_indices):
+    name = f"adaptive_max_pool{n}d"
+    x, unbatched = _batched(name, input, n, "input")
+    out, indices = call(name, x, output_size=_hashable(output_size))
+    out = _unbatched(out, unbatched)
+    if return_indices:
+        return out, _unbatched(indices, unbatched)
+    return out
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(3, input, output_size, return_indices)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    return _adaptive_max_pool(1, input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    return _adaptive_max_pool(2, input, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    return _adaptive_max_pool(3, input, output_size, True)
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False, return_indices=False):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def _lp_pool(n, input, norm_type, kernel_size, stride, ceil_mode):
+    """torch's composition: (window sum of x^p)^(1/p), the sum as avg_pool times the size."""
+    k = conv_tuple(f"lp_pool{n}d", "kernel_size", kernel_size, n)
+    maxp = (max_pool1d, max_pool2d, max_pool3d)[n - 1]
+    if norm_type == float("inf"):
+        return maxp(input.abs(), k, stride, 0, 1, ceil_mode)
+    if norm_type == -float("inf"):
+        return -maxp(-input.abs(), k, stride, 0, 1, ceil_mode)
+    avg = (avg_pool1d, avg_pool2d, avg_pool3d)[n - 1]
+    out = avg(input.pow(norm_type), k, stride, 0, ceil_mode)
+    size = 1
+    for v in k:
+        size *= v
+    return (out.sign() * out.abs().relu()).mul(size).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(1, input, float(norm_type), kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(2, input, float(norm_type), kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(3, input, float(norm_type), kernel_size, stride, ceil_mode)
+
+
 METHODS: dict = {}
 
 __all__: list[str] = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices",
+    "adaptive_max_pool3d_with_indices", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
     "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "conv1d", "conv2d", "conv3d",
     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
