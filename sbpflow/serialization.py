@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
-from .framework.serialization import load, save
+from .framework.serialization import (
+    DEFAULT_PROTOCOL,
+    add_safe_globals,
+    clear_safe_globals,
+    get_safe_globals,
+    load,
+    safe_globals,
+    save,
+)
 
-__all__ = ["load", "save"]
+__all__ = ["DEFAULT_PROTOCOL", "add_safe_globals", "clear_safe_globals", "get_safe_globals",
+           "load", "safe_globals", "save"]

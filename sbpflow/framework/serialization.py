@@ -23,15 +23,30 @@ JSON list is a Python list, and an object with one tag is anything else:
   {"D": [[key, value], ...]}  a dict (keys: str, int, float, bool, None); "o": true for
                         OrderedDict
   {"dtype": "float32"}  an sbpflow dtype
+  {"P": name}           (root only) a whole-object checkpoint: the uint8 entry `name` holds a
+                        pickle stream whose tensors are persistent ids of safetensors entries
+
+Whole objects (`save(model)`, `save({"model": model, "opt": opt})`): anything the tree above
+cannot hold is written as a pickle stream in which every tensor, Parameter and NumPy array is a
+persistent id ("sbpflow", 1, kind, entry name, requires_grad) naming a safetensors entry, so
+tensor bytes never go through pickle.  State-dict-like objects keep the pure tree format.
+`load` defaults to `weights_only=True` (torch >= 2.6): the stream is read by a restricted
+unpickler that resolves only allowlisted globals (containers, primitives, dtypes, devices,
+`sbpflow.Size`, and what `sbpflow.serialization.add_safe_globals` adds) and our own persistent
+ids, and refuses anything else with `pickle.UnpicklingError` before any of it runs.
+`weights_only=False` is the explicit opt-in to a full unpickle (only for trusted files).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
+import pickle
 import tempfile
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -58,6 +73,10 @@ _FROM_CODE = {
 
 
 # -- save -----------------------------------------------------------------------------------
+class _NotPlain(TypeError):
+    """The object holds something the JSON tree cannot: it is saved as a pickle stream."""
+
+
 class _Encoder:
     """Turns an object into a JSON tree plus a dict of named NumPy arrays."""
 
@@ -129,7 +148,7 @@ class _Encoder:
                 if isinstance(k, np.generic):
                     k = k.item()
                 if not (k is None or isinstance(k, (str, int, float, bool))):
-                    raise TypeError(
+                    raise _NotPlain(
                         f"save(): dict key {k!r} of type {type(k).__name__} at {_where(path)} "
                         "is not supported (keys must be str, int, float, bool or None)"
                     )
@@ -143,7 +162,7 @@ class _Encoder:
             return {"U": [self.encode(v, path + [i], depth + 1) for i, v in enumerate(obj)]}
         if isinstance(obj, list):
             return [self.encode(v, path + [i], depth + 1) for i, v in enumerate(obj)]
-        raise TypeError(
+        raise _NotPlain(
             f"save(): cannot save an object of type {type(obj).__module__}."
             f"{type(obj).__qualname__} at {_where(path)}: only tensors, NumPy arrays, numbers, "
             "strings, bools, None, dtypes, and dicts/lists/tuples of them are supported "
@@ -162,12 +181,25 @@ def _header_metadata(root) -> dict[str, str]:
     return {_META_KEY: tree, "format": "pt"}
 
 
-def save(obj, f, global_dst_rank: int | None = None) -> None:
-    """Save `obj` (tensors, numbers, strings, None, bools, nested in dicts/lists/tuples).
+DEFAULT_PROTOCOL = 2  # torch.serialization's default pickle protocol for whole objects
+_PICKLE_ENTRY = "__sbpflow_pickle__"
+_PID_KINDS = ("tensor", "parameter", "ndarray")
 
-    `f` is a path (written atomically) or a binary file object with `write`.  Global tensors
-    (OneFlow's rule) need `global_dst_rank`: every rank calls save, the logical values are
-    gathered, and only that rank writes the file.
+
+def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
+         _use_new_zipfile_serialization: bool = True, _disable_byteorder_record: bool = False,
+         *, global_dst_rank: int | None = None) -> None:
+    """Save `obj` to `f` (a path, written atomically, or a binary file object).
+
+    State-dict-like objects (tensors, NumPy arrays, numbers, strings, None, bools, dtypes,
+    nested in dicts/lists/tuples) are stored as pure safetensors plus a JSON tree.  Anything
+    else (a whole module, an optimizer, a dict holding them) is stored as a pickle stream made
+    with `pickle_module`'s Pickler at `pickle_protocol` (>= 2), in which every tensor is a
+    reference to a safetensors entry.  The zipfile/byteorder flags are accepted for torch
+    compatibility and ignored (the container is always safetensors).
+
+    Global tensors (OneFlow's rule) need `global_dst_rank`: every rank calls save, the logical
+    values are gathered, and only that rank writes the file.
     """
     import safetensors.numpy
 
@@ -177,7 +209,11 @@ def save(obj, f, global_dst_rank: int | None = None) -> None:
             raise ValueError(f"save(): global_dst_rank must be a rank in [0, {size}), got "
                              f"{global_dst_rank!r}")
     enc = _Encoder(global_dst_rank)
-    root = enc.encode(obj, [])
+    try:
+        root = enc.encode(obj, [])
+    except _NotPlain:
+        enc = _Encoder(global_dst_rank)
+        root = _pickle_root(obj, enc, pickle_module, pickle_protocol)
     if global_dst_rank is not None and comm.get_rank() != global_dst_rank:
         return
     metadata = _header_metadata(root)
@@ -186,6 +222,80 @@ def save(obj, f, global_dst_rank: int | None = None) -> None:
         return
     _atomic_write(os.fspath(f), lambda tmp: safetensors.numpy.save_file(
         enc.arrays, tmp, metadata=metadata))
+
+
+def _reduce_value_types(pickler, obj):
+    """Pickler.reducer_override: devices pickle by name (their primitives hold locks)."""
+    from ..device import Device
+
+    if type(obj) is Device:
+        return (Device, (obj.type, obj.index))
+    return NotImplemented
+
+
+def _rebuild_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
+    from .functional.creation import from_numpy
+
+    return from_numpy(array).requires_grad_(requires_grad)
+
+
+def _reduce_with_tensors(pickler, obj):
+    """Pickler.reducer_override for messages between a job's own ranks
+    (torch.distributed's object collectives): tensors travel as NumPy arrays."""
+    from .parameter import Parameter
+
+    if isinstance(obj, Tensor):
+        if obj.is_global:
+            raise TypeError("global tensors cannot be pickled; send their local shards")
+        t = obj.detach()
+        rebuilt = (_rebuild_tensor, (np.array(t._host()), bool(obj.requires_grad)))
+        if isinstance(obj, Parameter):
+            return (Parameter, (t, bool(obj.requires_grad)))
+        return rebuilt
+    return _reduce_value_types(pickler, obj)
+
+
+def dumps_with_tensors(obj) -> bytes:
+    """pickle.dumps for objects that may hold sbpflow tensors (plain pickle refuses them)."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.reducer_override = lambda o: _reduce_with_tensors(pickler, o)
+    pickler.dump(obj)
+    return buf.getvalue()
+
+
+def _pickle_root(obj, enc: _Encoder, pickle_module, protocol: int) -> dict:
+    """Pickle `obj` with every tensor/array replaced by a persistent id naming an entry of
+    `enc.arrays`; the stream itself becomes the uint8 entry `_PICKLE_ENTRY`."""
+    from .parameter import Parameter
+
+    if not isinstance(protocol, int) or protocol < 2:
+        raise ValueError(f"save(): pickle_protocol must be an int >= 2, got {protocol!r}")
+    counter = [0]
+
+    def persistent_id(o):
+        if isinstance(o, Tensor):
+            kind = "parameter" if isinstance(o, Parameter) else "tensor"
+        elif isinstance(o, np.ndarray) and o.dtype != object:
+            kind = "ndarray"
+        else:
+            return None
+        counter[0] += 1
+        node = enc._array(o, [f"obj{counter[0]}"], "np" if kind == "ndarray" else "tensor")
+        return ("sbpflow", 1, kind, node["T"], bool(node.get("rg", False)))
+
+    class TensorPickler(pickle_module.Pickler):
+        pass
+
+    TensorPickler.persistent_id = staticmethod(persistent_id)
+    TensorPickler.reducer_override = _reduce_value_types
+    buf = io.BytesIO()
+    try:
+        TensorPickler(buf, protocol=protocol).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise type(e)(f"save(): cannot pickle the object: {e}") from e
+    enc.arrays[_PICKLE_ENTRY] = np.frombuffer(buf.getvalue(), np.uint8)
+    return {"P": _PICKLE_ENTRY}
 
 
 def _atomic_write(path: str, write) -> None:
@@ -229,13 +339,21 @@ class _Corrupt(ValueError):
     pass
 
 
-def load(f, map_location=None, *, weights_only: bool = True, mmap=None,
-         global_src_rank: int | None = None) -> Any:
+def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None = None,
+         mmap=None, global_src_rank: int | None = None, **pickle_load_args) -> Any:
     """Load what `save` wrote, or any safetensors file (as a flat dict of tensors).
 
-    `f` is a path or a binary file object with `read`.  `map_location`, `weights_only` and
-    `mmap` are accepted for torch compatibility: loading never runs code, and tensors load on
-    the CPU.  A truncated, corrupted or hostile file raises ValueError naming the file.
+    `f` is a path or a binary file object with `read`.  State-dict files never run code.  A
+    whole-object file (a pickle stream inside the container) is read, by default
+    (`weights_only=None` means True unless `pickle_module` is given, as torch >= 2.6), by a
+    restricted unpickler: only tensors,
+    Parameters, containers, primitives, `sbpflow.Size`, dtypes, devices and the globals
+    allowlisted with `sbpflow.serialization.add_safe_globals` / `safe_globals` load; anything
+    else raises `pickle.UnpicklingError` ("Weights only load failed...") before it runs.
+    `weights_only=False` unpickles fully (with `pickle_module`, default `pickle`, and
+    `pickle_load_args` such as `encoding`): only for files you trust.  `mmap` is accepted for
+    torch compatibility (the file is read into memory).  A truncated, corrupted or hostile
+    container raises ValueError naming the file.
 
     With `global_src_rank` (OneFlow's), only that rank reads the file; every rank calls load
     and gets the tensors as global tensors broadcast over all ranks, ready for
@@ -243,6 +361,11 @@ def load(f, map_location=None, *, weights_only: bool = True, mmap=None,
     """
     if map_location not in (None, "cpu") and str(map_location) != "cpu":
         raise NotImplementedError(f"load(): map_location={map_location!r}: only 'cpu' for now")
+    if weights_only is None:  # torch's rule: a pickle_module given means a full unpickle
+        weights_only = pickle_module is None
+    if weights_only and pickle_module is not None:
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is "
+                           "specified")
     make_tensor = _to_tensor
     if global_src_rank is not None:
         data, name = _read_on_one_rank(f, global_src_rank)
@@ -266,7 +389,16 @@ def load(f, map_location=None, *, weights_only: bool = True, mmap=None,
                 f"unsupported sbpflow structure (expected version {_VERSION}, got "
                 f"{tree.get('version') if isinstance(tree, dict) else type(tree).__name__})"
             )
-        return _Decoder(arrays, make_tensor).decode(tree["root"], 0)
+        root = tree["root"]
+        if isinstance(root, dict) and set(root) == {"P"}:
+            stream = root["P"]
+            if stream not in arrays or arrays[stream].dtype != np.uint8 or arrays[stream].ndim != 1:
+                raise _Corrupt(f"the pickle stream entry {_short(stream)} is missing or not "
+                               "a 1-d uint8 array")
+            tensors = _Decoder(arrays, make_tensor)
+            return _unpickle(arrays[stream].tobytes(), tensors, stream, weights_only,
+                             pickle_module or pickle, pickle_load_args)
+        return _Decoder(arrays, make_tensor).decode(root, 0)
     except _Corrupt as e:
         raise ValueError(f"load(): {name!s} is not a valid sbpflow/safetensors file: {e}") from None
 
@@ -451,9 +583,175 @@ class _Decoder:
         return t
 
 
+# -- whole objects: the allowlist and the restricted unpickler -------------------------------
+_safe_lock = threading.Lock()
+_user_safe_globals: list = []  # objects, or (object, "module.name") pairs
+_DEFAULT_SAFE: dict[str, Any] | None = None
+
+
+def _global_name(obj) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _default_safe_globals() -> dict[str, Any]:
+    """What a weights-only load resolves without being told: containers, primitives, the
+    pickling helpers of sbpflow's own value types.  Nothing here runs user code."""
+    global _DEFAULT_SAFE
+    if _DEFAULT_SAFE is None:
+        import _codecs
+        import builtins
+
+        from ..device import Device
+        from .tensor import Size
+
+        safe = {f"builtins.{n}": getattr(builtins, n) for n in (
+            "dict", "list", "tuple", "set", "frozenset", "int", "float", "complex", "bool",
+            "str", "bytes", "bytearray", "slice")}
+        # Protocol 2 writes bytes as _codecs.encode(latin-1 text, "latin1"), as torch's does.
+        safe["_codecs.encode"] = _codecs.encode
+        safe["collections.OrderedDict"] = OrderedDict
+        safe["sbpflow._core.dtype._by_name"] = dt._by_name
+        safe[_global_name(Size)] = Size
+        safe[_global_name(Device)] = Device
+        _DEFAULT_SAFE = safe
+    return _DEFAULT_SAFE
+
+
+def add_safe_globals(safe_globals: list) -> None:
+    """Allow these classes/functions in weights-only loads (torch.serialization's).
+
+    Entries are objects, or `(object, "module.qualname")` pairs for an object pickled under
+    another name.  Only allowlist what you trust: a weights-only load may call them."""
+    entries = list(safe_globals)
+    for e in entries:
+        if isinstance(e, tuple) and not (len(e) == 2 and isinstance(e[1], str)):
+            raise TypeError(f"add_safe_globals: a tuple entry must be (object, 'module.name'), "
+                            f"got {e!r}")
+    with _safe_lock:
+        _user_safe_globals.extend(entries)
+
+
+def get_safe_globals() -> list:
+    """The user-allowlisted globals (not the built-in defaults)."""
+    with _safe_lock:
+        return list(_user_safe_globals)
+
+
+def clear_safe_globals() -> None:
+    with _safe_lock:
+        _user_safe_globals.clear()
+
+
+class safe_globals:  # noqa: N801 - torch.serialization's name
+    """`with safe_globals([Cls]): load(f)` allowlists `Cls` inside the block only."""
+
+    def __init__(self, safe_globals: list):
+        self.safe_globals = list(safe_globals)
+
+    def __enter__(self):
+        with _safe_lock:
+            self._before = list(_user_safe_globals)
+        add_safe_globals(self.safe_globals)
+        return self
+
+    def __exit__(self, *exc):
+        with _safe_lock:
+            _user_safe_globals[:] = self._before
+        return False
+
+
+def _resolve_safe(module: str, name: str):
+    key = f"{module}.{name}"
+    with _safe_lock:
+        user = list(_user_safe_globals)
+    for e in user:
+        obj, qual = e if isinstance(e, tuple) else (e, _global_name(e))
+        if qual == key:
+            return obj
+    return _default_safe_globals().get(key)
+
+
+def _weights_only_error(detail: str) -> pickle.UnpicklingError:
+    return pickle.UnpicklingError(
+        "Weights only load failed. This file can still be loaded, to do so you have two "
+        "options, do those steps only if you trust the source of the checkpoint. \n"
+        "\t(1) `sbpflow.load` defaults to `weights_only=True`, as torch.load does since "
+        "PyTorch 2.6. Re-running `sbpflow.load` with `weights_only` set to `False` will likely "
+        "succeed, but it can result in arbitrary code execution. Do it only if you got the "
+        "file from a trusted source.\n"
+        "\t(2) Alternatively, to load with `weights_only=True` please check the recommended "
+        "steps in the following error message.\n"
+        f"\tWeightsUnpickler error: {detail}"
+    )
+
+
+def _unpickle(stream: bytes, tensors: _Decoder, entry: str, weights_only: bool, pickle_module,
+              load_args: dict):
+    """Rebuild a whole object from its pickle stream; tensors come from `tensors`' arrays."""
+    from .parameter import Parameter
+
+    params: dict[str, Parameter] = {}
+
+    def persistent_load(pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[:2] == ("sbpflow", 1)
+                and pid[2] in _PID_KINDS and isinstance(pid[3], str)
+                and isinstance(pid[4], bool) and pid[3] != entry):
+            detail = f"Unsupported persistent id {_short(pid)}: not an sbpflow tensor reference"
+            if weights_only:
+                raise _weights_only_error(detail)
+            raise pickle.UnpicklingError(f"load(): {detail}")
+        _, _, kind, name, requires_grad = pid
+        if kind == "ndarray":
+            return tensors._tensor(name, False, True)
+        if kind == "tensor":
+            return tensors._tensor(name, requires_grad, False)
+        p = params.get(name)
+        if p is None:
+            p = params[name] = Parameter(tensors._tensor(name, False, False).detach(),
+                                         requires_grad=requires_grad)
+        return p
+
+    base = pickle.Unpickler if weights_only else pickle_module.Unpickler
+
+    class TensorUnpickler(base):
+        pass
+
+    TensorUnpickler.persistent_load = staticmethod(persistent_load)
+    if weights_only:
+        def find_class(self, module, name):
+            if module == "__builtin__":  # protocol 2 writes Python 2's name for builtins
+                module = "builtins"
+            found = _resolve_safe(module, name)
+            if found is None:
+                g = f"{module}.{name}"
+                raise _weights_only_error(
+                    f"Unsupported global: GLOBAL {g} was not an allowed global by default. "
+                    f"Please use `sbpflow.serialization.add_safe_globals([{g}])` or the "
+                    f"`sbpflow.serialization.safe_globals([{g}])` context manager to allowlist "
+                    "this global if you trust this class/function."
+                )
+            return found
+
+        TensorUnpickler.find_class = find_class
+    unpickler = TensorUnpickler(io.BytesIO(stream), **load_args)
+    if not weights_only:
+        return unpickler.load()
+    try:
+        return unpickler.load()
+    except _Corrupt:
+        raise
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("Weights only load failed."):
+            raise
+        raise _weights_only_error(f"{type(e).__name__}: {e}") from None
+    except Exception as e:  # an allowlisted constructor refusing its arguments, a bad stream
+        raise _weights_only_error(f"{type(e).__name__}: {e}") from None
+
+
 def _short(x) -> str:
     text = repr(x)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-__all__ = ["load", "save"]
+__all__ = ["add_safe_globals", "clear_safe_globals", "get_safe_globals", "load",
+           "safe_globals", "save"]
