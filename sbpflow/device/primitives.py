@@ -127,6 +127,16 @@ _BINARY = {
     "right_shift": np.right_shift,
 }
 
+# Integer division by zero raises, as in torch (NumPy would return 0 with a warning).
+_INT_DIVIDING = frozenset(("floor_divide", "remainder", "fmod"))
+
+
+def _check_int_divisor(b) -> None:
+    kind = getattr(b, "dtype", np.dtype(type(b))).kind
+    if kind in "iub" and not np.all(b):
+        raise RuntimeError("ZeroDivisionError")
+
+
 _REDUCE = {
     "sum": np.sum,
     "prod": np.prod,
@@ -213,6 +223,8 @@ class Primitives:
         """`out`: an array of the result's shape and dtype to write into (it may be an input's
         memory: an elementwise op reads each element before writing it); returned."""
         f = _BINARY[op]
+        if op in _INT_DIVIDING:
+            _check_int_divisor(b)
         if out is not None:
             f(a, b, out=out)
             return out
@@ -466,9 +478,41 @@ class Primitives:
         return dst
 
     def sort(self, x, axis: int, descending: bool = False, stable: bool = True):
-        """(values, indices) along axis."""
-        idx = np.argsort(-x if descending else x, axis=axis, kind="stable")
-        return np.take_along_axis(x, idx, axis), idx
+        """(values, indices) along axis, stable, with torch's order: NaN above +inf.
+
+        Ascending, NumPy already puts NaN last.  Descending sorts a decreasing key: `-x` for
+        floats (then NaN, which `-x` leaves last, moves to the front) and `~x` for integers
+        and bools (no overflow at the type's minimum, unlike `-x`).
+        """
+        if not descending:
+            idx = np.argsort(x, axis=axis, kind="stable")
+            return np.take_along_axis(x, idx, axis), idx
+        floating = x.dtype.kind in "fcV"  # V: ml_dtypes' bfloat16
+        idx = np.argsort(-x if floating else ~x, axis=axis, kind="stable")
+        values = np.take_along_axis(x, idx, axis)
+        if floating:
+            nan = np.isnan(values)
+            if nan.any():
+                front = np.argsort(~nan, axis=axis, kind="stable")
+                idx = np.take_along_axis(idx, front, axis)
+                values = np.take_along_axis(values, front, axis)
+        return values, idx
+
+    def median(self, x, axis: int):
+        """(values, indices) of the lower median along axis, keeping the axis (size 1).
+
+        torch's rule: a slice holding NaN has median NaN, at the index of its first NaN.  The
+        stable ascending sort puts NaNs last in their original order, so the first NaN sits at
+        position n - (number of NaNs).
+        """
+        n = x.shape[axis]
+        idx = np.argsort(x, axis=axis, kind="stable")
+        pos = np.full(x.shape[:axis] + (1,) + x.shape[axis + 1:], (n - 1) // 2, np.intp)
+        if x.dtype.kind in "fcV":
+            nans = np.isnan(x).sum(axis=axis, keepdims=True)
+            pos = np.where(nans > 0, n - nans, pos)
+        picked = np.take_along_axis(idx, pos, axis)
+        return np.take_along_axis(x, picked, axis), picked
 
     # -- nn -------------------------------------------------------------------------------
     def softmax(self, x, axis: int):

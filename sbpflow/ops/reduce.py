@@ -25,7 +25,7 @@ from .._core import dtype as dt
 from .._core.errors import normalize_dim, normalize_dims, op_error
 from .._core.meta import TensorMeta
 from ..sbp import B, P, Signature, Split
-from .registry import Attr, OpDef, Sample, op, register
+from .registry import Attr, OpDef, Sample, get, op, register
 
 _TORCH_TYPE = {
     "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
@@ -1161,24 +1161,18 @@ register(OpDef(
 
 # -- median ---------------------------------------------------------------------------------
 def _median_full_kernel(ctx, x):
-    """The lower median of all elements: sort the flattened tensor and take the middle."""
+    """The lower median of all elements (NaN if any element is NaN, as in torch)."""
     n = ctx.in_metas[0].numel
     flat = ctx.prims.reshape(ctx.prims.contiguous(x), (n,))
-    values, _ = ctx.prims.sort(flat, 0)
-    mid = ctx.prims.slice(values, ((n - 1) // 2,))
-    return _finish(ctx, ctx.prims.contiguous(mid))
+    values, _ = ctx.prims.median(flat, 0)
+    return _finish(ctx, values)
 
 
 def _median_dim_kernel(ctx, x, dim, keepdim=False):
     xm = ctx.in_metas[0]
     d = normalize_dim("median", dim, xm.ndim) if xm.ndim else 0
     x, _ = _prepare(ctx, x, ())
-    n = x.shape[d]
-    values, indices = ctx.prims.sort(x, d)
-    key = tuple(slice((n - 1) // 2, (n - 1) // 2 + 1) if i == d else slice(None)
-                for i in range(len(x.shape)))
-    v = ctx.prims.contiguous(ctx.prims.slice(values, key))
-    i = ctx.prims.contiguous(ctx.prims.slice(indices, key))
+    v, i = ctx.prims.median(x, d)
     return _finish(ctx, v, 0), _finish(ctx, i, 1)
 
 
@@ -1332,3 +1326,38 @@ register(OpDef(
         Sample(rng.permutation(6).astype(np.float32), k=6, dim=0),
     ],
 ))
+
+
+# -- NaN and inf ----------------------------------------------------------------------------
+def _nonfinite(rng):
+    """Rows with a NaN; with +inf and -inf; with +inf alone (each at its own position)."""
+    x = _distinct(rng, 3, 5)
+    cols = rng.permutation(5)
+    x[0, cols[0]] = np.nan
+    x[1, cols[1]], x[1, cols[2]] = np.inf, -np.inf
+    x[2, cols[3]] = np.inf
+    return x
+
+
+def _also_nonfinite(name, *attr_sets):
+    """Check op `name` against torch on NaN and inf too (values only: no gradient samples)."""
+    opdef = get(name)
+    base = opdef.samples
+    opdef.samples = lambda rng: [
+        *base(rng), *(Sample(_nonfinite(rng), grad=False, **attrs) for attrs in attr_sets)]
+
+
+for _name, _attr_sets in {
+    "sum": ({}, {"dim": (1,)}), "mean": ({}, {"dim": (1,)}), "prod": ({}, {"dim": 1}),
+    "max": ({},), "min": ({},), "max_dim": ({"dim": 1},), "min_dim": ({"dim": 1},),
+    "amax": ({"dim": (1,)},), "amin": ({"dim": (1,)},),
+    "argmax": ({}, {"dim": 1}), "argmin": ({}, {"dim": 1}),
+    "var": ({"dim": (1,)},), "std": ({"dim": (1,)},), "logsumexp": ({"dim": (1,)},),
+    "linalg_vector_norm": ({"dim": (1,)}, {"ord": math.inf, "dim": (1,)}),
+    "cumsum": ({"dim": 1},), "cumprod": ({"dim": 1},), "any": ({"dim": (1,)},),
+    "all": ({"dim": (1,)},), "count_nonzero": ({"dim": (1,)},),
+    "median": ({},), "median_dim": ({"dim": 1},),
+    "sort": ({"dim": 1}, {"dim": 1, "descending": True}),
+    "topk": ({"k": 2, "dim": 1}, {"k": 2, "dim": 1, "largest": False}),
+}.items():
+    _also_nonfinite(_name, *_attr_sets)
