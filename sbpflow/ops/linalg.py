@@ -16,7 +16,7 @@ import numpy as np
 from .._core import dtype as dt
 from .._core.errors import broadcast_shapes, op_error
 from .._core.meta import TensorMeta
-from ..sbp import B, P, Signature, einsum_signatures
+from ..sbp import B, P, Signature, Split, einsum_signatures
 from ._util import unbroadcast
 from .registry import Attr, OpDef, Sample, op, register
 
@@ -720,4 +720,638 @@ register(OpDef(
     sbp=_einsum_sbp,
     reference=_einsum_reference,
     samples=_einsum_samples,
+))
+
+
+# -- decompositions -------------------------------------------------------------------------
+# inv, det, slogdet, solve, cholesky, eigh, svd and qr over batches of matrices (*, m, n).
+# The kernels run NumPy's LAPACK-backed `numpy.linalg` (vectorised over the batch) on host
+# views: the primitive set has no decomposition primitive, and on the CPU device `to_host` is
+# the array itself.  A device with its own solver (cuSOLVER) would add one.  Batch axes split
+# freely (each matrix is independent); nothing splits the matrix axes.
+class LinAlgError(RuntimeError):
+    """torch.linalg.LinAlgError: a singular or not positive-definite input."""
+
+
+_C_TYPE = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int",
+           "int64": "Long", "float16": "Half", "bfloat16": "BFloat16", "float32": "Float",
+           "float64": "Double"}
+
+
+def _la_error(name, msg, cls=RuntimeError):
+    return cls(f"{name}: {msg}")
+
+
+def _check_matrix(name, a, square=True, arg="A"):
+    """torch's checks for a batch of matrices: at least 2-D, float32/64, square if asked."""
+    if a.ndim < 2:
+        raise _la_error(name, f"The input tensor {arg} must have at least 2 dimensions.")
+    if not a.dtype.is_floating_point:
+        raise _la_error(name, "Expected a floating point or complex tensor as input. Got "
+                        f"{_C_TYPE.get(a.dtype.name, a.dtype.name)}")
+    if a.dtype not in (dt.float32, dt.float64):
+        raise _la_error(name, "Low precision dtypes not supported. Got "
+                        f"{_C_TYPE.get(a.dtype.name, a.dtype.name)}")
+    if square and a.shape[-1] != a.shape[-2]:
+        raise _la_error(name, f"{arg} must be batches of square matrices, but they are "
+                        f"{a.shape[-2]} by {a.shape[-1]} matrices")
+
+
+def _batch_sbp(n_out):
+    """(B)->B..., and (S(i))->S(i)... for each batch axis i of size > 1."""
+    def sbp(a, **attrs):
+        sigs = [Signature((B,), (B,) * n_out)]
+        for i in range(a.ndim - 2):
+            if a.shape[i] > 1:  # (S(i))->S(i): the matrices of a batch are independent
+                sigs.append(Signature((Split(i),), (Split(i),) * n_out))
+        return sigs
+
+    return sbp
+
+
+def _host(ctx, x):
+    return ctx.prims.to_host(x)
+
+
+def _device(ctx, x, i=0):
+    return ctx.prims.from_host(np.asarray(x), ctx.out_metas[i].dtype)
+
+
+def _mT(x):
+    return op("transpose", x, dim0=-1, dim1=-2)
+
+
+def _diag_embed(x, n):
+    """x (*, n) -> (*, n, n) with x on the diagonal (the adjoint of taking the diagonal)."""
+    shape = tuple(x.shape) + (n,)
+    return op("diagonal_grad", x, shape=shape, offset=0, dim1=len(shape) - 2,
+              dim2=len(shape) - 1)
+
+
+def _eye_like(x, n):
+    """The identity of size n, broadcast over x's batch (x: (*, n)); made from x so that it
+    follows x's device, placement and SBP."""
+    return _diag_embed(op("add_scalar", op("mul_scalar", x, other=0.0), other=1.0), n)
+
+
+def _diag_of(x):
+    return op("diagonal", x, offset=0, dim1=x.ndim - 2, dim2=x.ndim - 1)
+
+
+def _batch_prefix(shape, k):
+    """torch's "(Batch element k): " for batched inputs."""
+    return f"(Batch element {k}): " if len(shape) > 2 else ""
+
+
+def _first_zero_pivot(m):
+    """1-based index of the first exactly-zero pivot of LU with partial pivoting, or 0.
+    Only on the error path (one matrix), so a loop over columns is fine."""
+    u = np.array(m, dtype=np.float64, copy=True)
+    n = u.shape[0]
+    for k in range(n):
+        p = k + int(np.argmax(np.abs(u[k:, k])))
+        if u[p, k] == 0:
+            return k + 1
+        u[[k, p]] = u[[p, k]]
+        u[k + 1:, k:] -= np.outer(u[k + 1:, k] / u[k, k], u[k, k:])
+    return 0
+
+
+def _singular_error(name, x, text):
+    """LinAlgError naming the first singular matrix of the batch (error path only)."""
+    flat = x.reshape((-1,) + x.shape[-2:])
+    for k, m in enumerate(flat):
+        pivot = _first_zero_pivot(m)
+        if pivot or not np.all(np.isfinite(m)):
+            return _la_error(name, _batch_prefix(x.shape, k) + text(pivot), LinAlgError)
+    return _la_error(name, text(0), LinAlgError)
+
+
+def _square_samples(rng, dtype=np.float64):
+    """Well-conditioned square matrices: random plus a multiple of the identity."""
+    def m(*shape):
+        n = shape[-1]
+        return (rng.standard_normal(shape) + n * np.eye(n)).astype(dtype)
+
+    return m
+
+
+def _spd(rng, *shape, dtype=np.float64):
+    """Symmetric positive-definite matrices: X X^T + n I."""
+    x = rng.standard_normal(shape)
+    n = shape[-1]
+    return (x @ np.swapaxes(x, -1, -2) + n * np.eye(n)).astype(dtype)
+
+
+# -- inv ------------------------------------------------------------------------------------
+def _inv_meta(a):
+    _check_matrix("linalg.inv", a)
+    return a
+
+
+def _inv_kernel(ctx, a):
+    x = _host(ctx, a)
+    try:
+        r = np.linalg.inv(x)
+    except np.linalg.LinAlgError:
+        raise _singular_error("linalg.inv", x, lambda k: (
+            f"The diagonal element {k} is zero, the inversion could not be completed because "
+            "the input matrix is singular.")) from None
+    return _device(ctx, r)
+
+
+def _inv_grad(ctx, g):
+    # d(A^-1) = -A^-1 dA A^-1, so dA = -A^-T g A^-T.
+    inv_t = _mT(ctx.output(0))
+    return (op("neg", op("matmul", op("matmul", inv_t, g), inv_t)),)
+
+
+register(OpDef(
+    "linalg_inv",
+    inputs=("A",),
+    infer_meta=_inv_meta,
+    kernel=_inv_kernel,
+    saves=("out",),
+    grad=_inv_grad,
+    sbp=_batch_sbp(1),
+    reference="linalg.inv",
+    samples=lambda rng: [
+        Sample(_square_samples(rng)(3, 3)),
+        Sample(_square_samples(rng)(2, 3, 4, 4)),
+        Sample(_square_samples(rng)(1, 1)),
+        Sample(_square_samples(rng, np.float32)(3, 2, 2)),
+    ],
+))
+
+
+# -- det, slogdet ---------------------------------------------------------------------------
+def _det_meta(a):
+    _check_matrix("linalg.det", a)
+    return TensorMeta(a.shape[:-2], a.dtype)
+
+
+def _det_grad(ctx, g):
+    # d det(A) = det(A) tr(A^-1 dA), so dA = g det(A) A^-T (A invertible).
+    scale = op("mul", g, ctx.output(0))
+    inv_t = _mT(op("linalg_inv", ctx.input(0)))
+    return (op("mul", op("unsqueeze", op("unsqueeze", scale, dim=-1), dim=-1), inv_t),)
+
+
+register(OpDef(
+    "linalg_det",
+    inputs=("A",),
+    infer_meta=_det_meta,
+    kernel=lambda ctx, a: _device(ctx, np.linalg.det(_host(ctx, a))),
+    saves=("A", "out"),
+    grad=_det_grad,
+    sbp=_batch_sbp(1),
+    reference="linalg.det",
+    samples=lambda rng: [
+        Sample(_square_samples(rng)(3, 3)),
+        Sample(_square_samples(rng)(2, 3, 2, 2)),
+        Sample(_rand(rng, 4, 4)),
+        Sample(_square_samples(rng, np.float32)(2, 3, 3)),
+    ],
+))
+
+
+def _slogdet_meta(a):
+    _check_matrix("linalg.slogdet", a)
+    m = TensorMeta(a.shape[:-2], a.dtype)
+    return m, m
+
+
+def _slogdet_kernel(ctx, a):
+    sign, logabs = np.linalg.slogdet(_host(ctx, a))
+    return _device(ctx, sign, 0), _device(ctx, logabs, 1)
+
+
+def _slogdet_grad(ctx, g_sign, g_logabs):
+    # log|det A| has gradient A^-T; the sign is piecewise constant (no gradient).
+    if g_logabs is None:
+        return (None,)
+    inv_t = _mT(op("linalg_inv", ctx.input(0)))
+    return (op("mul", op("unsqueeze", op("unsqueeze", g_logabs, dim=-1), dim=-1), inv_t),)
+
+
+register(OpDef(
+    "linalg_slogdet",
+    inputs=("A",),
+    outputs=("sign", "logabsdet"),
+    infer_meta=_slogdet_meta,
+    kernel=_slogdet_kernel,
+    saves=("A",),
+    grad=_slogdet_grad,
+    sbp=_batch_sbp(2),
+    reference="linalg.slogdet",
+    samples=lambda rng: [
+        Sample(_rand(rng, 3, 3)),
+        Sample(_square_samples(rng)(2, 2, 3, 3)),
+        Sample(_square_samples(rng, np.float32)(2, 4, 4)),
+    ],
+))
+
+
+# -- solve ----------------------------------------------------------------------------------
+def _solve_vector_case(a_shape, b_shape) -> bool:
+    """torch: B is a (batch of) vector(s) when 1-D or when B.shape == A.shape[:-1]."""
+    return len(b_shape) == 1 or (len(b_shape) == len(a_shape) - 1
+                                 and tuple(b_shape) == tuple(a_shape[:-1]))
+
+
+def _solve_meta(a, b):
+    _check_matrix("linalg.solve", a)
+    if b.dtype is not a.dtype:
+        raise _la_error("linalg.solve", "Expected A and B to have the same dtype, but found A "
+                        f"of type {_C_TYPE[a.dtype.name]} and B of type "
+                        f"{_C_TYPE.get(b.dtype.name, b.dtype.name)} instead")
+    vector = _solve_vector_case(a.shape, b.shape)
+    b_mat = b.shape + (1,) if vector else b.shape
+    if len(b_mat) < 2 or b_mat[-2] != a.shape[-1]:
+        shown = "x".join(map(str, b_mat[-2:])) if len(b_mat) >= 2 else f"{b_mat[0]}x1"
+        raise _la_error("linalg.solve", "Incompatible shapes of A and B for the equation AX = B "
+                        f"({a.shape[-2]}x{a.shape[-1]} and {shown})")
+    batch = broadcast_shapes("linalg.solve", a.shape[:-2], b_mat[:-2])
+    return TensorMeta(batch + (b_mat[-2],) if vector else batch + b_mat[-2:], a.dtype)
+
+
+def _solve_kernel(ctx, a, b):
+    am, bm = ctx.in_metas
+    x, y = _host(ctx, a), _host(ctx, b)
+    vector = _solve_vector_case(am.shape, bm.shape)
+    try:
+        r = np.linalg.solve(x, y[..., None] if vector else y)
+    except np.linalg.LinAlgError:
+        raise _singular_error("torch.linalg.solve", x, lambda k: (
+            "The solver failed because the input matrix is singular.")) from None
+    return _device(ctx, r[..., 0] if vector else r)
+
+
+def _solve_grad(ctx, g):
+    # X = A^-1 B: dB = A^-T g, dA = -dB X^T (outer products for the vector case).
+    am, bm = ctx.in_metas
+    vector = _solve_vector_case(am.shape, bm.shape)
+    a = ctx.input(0)
+    gb = op("linalg_solve", _mT(a), g)
+    ga = None
+    if ctx.needs_input_grad[0]:
+        x = ctx.output(0)
+        if vector:
+            outer = op("mul", op("unsqueeze", gb, dim=-1), op("unsqueeze", x, dim=-2))
+        else:
+            outer = op("matmul", gb, _mT(x))
+        ga = unbroadcast(op("neg", outer), am)
+    return ga, (unbroadcast(gb, bm) if ctx.needs_input_grad[1] else None)
+
+
+def _solve_sbp(a, b):
+    out = _solve_meta(a, b)
+    vector = _solve_vector_case(a.shape, b.shape)
+    nb_out = out.ndim - (1 if vector else 2)
+    a_batch = a.shape[:-2]
+    b_batch = b.shape[:-1] if vector else b.shape[:-2]
+    sigs = [Signature((B, B), (B,)), Signature((B, P), (P,))]  # (B,P)->P: linear in B
+    for j in range(nb_out):
+        ia, ib = j - (nb_out - len(a_batch)), j - (nb_out - len(b_batch))
+        sa = Split(ia) if ia >= 0 and a_batch[ia] == out.shape[j] else B
+        sb = Split(ib) if ib >= 0 and b_batch[ib] == out.shape[j] else B
+        if out.shape[j] > 1:  # (S,S)->S, (S,B)->S, (B,S)->S over batch axis j
+            sigs.append(Signature((sa, sb), (Split(j),)))
+    if not vector:  # (B,S(-1))->S(-1): each column of B is its own system
+        sigs.append(Signature((B, Split(b.ndim - 1)), (Split(out.ndim - 1),)))
+    return sigs
+
+
+register(OpDef(
+    "linalg_solve",
+    inputs=("A", "B"),
+    infer_meta=_solve_meta,
+    kernel=_solve_kernel,
+    saves=("A", "out for A"),
+    grad=_solve_grad,
+    sbp=_solve_sbp,
+    reference="linalg.solve",
+    samples=lambda rng: [
+        Sample(_square_samples(rng)(3, 3), _rand(rng, 3)),
+        Sample(_square_samples(rng)(3, 3), _rand(rng, 3, 2)),
+        Sample(_square_samples(rng)(2, 3, 3), _rand(rng, 2, 3)),
+        Sample(_square_samples(rng)(2, 3, 3), _rand(rng, 3, 4)),
+        Sample(_square_samples(rng)(3, 3), _rand(rng, 2, 3, 2)),
+        Sample(_square_samples(rng)(2, 1, 2, 2), _rand(rng, 3, 2, 1)),
+        Sample(_square_samples(rng, np.float32)(2, 4, 4),
+               _rand(rng, 2, 4, 3, dtype=np.float32)),
+    ],
+))
+
+
+# -- cholesky -------------------------------------------------------------------------------
+def _cholesky_meta(a, upper):
+    _check_matrix("linalg.cholesky", a)
+    return a
+
+
+def _cholesky_kernel(ctx, a, upper):
+    x = _host(ctx, a)
+    try:
+        lo = np.linalg.cholesky(x)  # reads the lower triangle, as torch does
+    except np.linalg.LinAlgError:
+        flat = x.reshape((-1,) + x.shape[-2:])
+        for k, m in enumerate(flat):  # the error path only: find the matrix and its minor
+            for order in range(1, m.shape[0] + 1):
+                try:
+                    np.linalg.cholesky(m[:order, :order])
+                except np.linalg.LinAlgError:
+                    raise _la_error("linalg.cholesky", _batch_prefix(x.shape, k) + (
+                        "The factorization could not be completed because the input is not "
+                        f"positive-definite (the leading minor of order {order} is not "
+                        "positive-definite)."), LinAlgError) from None
+        raise
+    return _device(ctx, np.swapaxes(lo, -1, -2) if upper else lo)
+
+
+def _cholesky_grad(ctx, g):
+    # torch's rule: with A = L L^T, phi = tril(L^T gL) with its diagonal halved,
+    # gA = L^-T phi L^-1, symmetrised.
+    lo = ctx.output(0)
+    if ctx.attrs["upper"]:
+        lo, g = _mT(lo), _mT(g)
+    phi = op("tril", op("matmul", _mT(lo), g), diagonal=0)
+    n = ctx.in_metas[0].shape[-1]
+    phi = op("sub", phi, op("mul_scalar", _diag_embed(_diag_of(phi), n), other=0.5))
+    inv = op("linalg_inv", lo)
+    ga = op("matmul", op("matmul", _mT(inv), phi), inv)
+    return (op("mul_scalar", op("add", ga, _mT(ga)), other=0.5),)
+
+
+def _cholesky_reference(torch, a, upper=False):
+    return torch.linalg.cholesky(a, upper=upper)
+
+
+register(OpDef(
+    "linalg_cholesky",
+    inputs=("A",),
+    attrs={"upper": Attr("bool", False)},
+    infer_meta=_cholesky_meta,
+    kernel=_cholesky_kernel,
+    saves=("out",),
+    grad=_cholesky_grad,
+    sbp=_batch_sbp(1),
+    reference=_cholesky_reference,
+    # float32: the op reads one triangle, so finite differences of single elements do not see
+    # the symmetric gradient torch defines (tests/ops/test_linalg_decomp.py checks float64
+    # with symmetric perturbations).
+    samples=lambda rng: [
+        Sample(_spd(rng, 3, 3, dtype=np.float32)),
+        Sample(_spd(rng, 2, 3, 4, 4, dtype=np.float32), upper=True),
+        Sample(_spd(rng, 2, 2, 2, dtype=np.float32), rtol=1e-3, atol=1e-4),
+        Sample(_spd(rng, 2, 3, 3), grad=False),
+    ],
+))
+
+
+# -- eigh -----------------------------------------------------------------------------------
+# Eigenvectors and singular vectors are unique only up to sign, and LAPACK builds differ
+# (torch's MKL and NumPy's OpenBLAS return different signs for the same matrix).  The kernels
+# fix the sign deterministically: each vector's entry of largest magnitude is positive.  The
+# registry's references apply the same rule to torch's outputs, so the comparison is exact
+# (the rule is locally constant, so gradients are those of torch's formulas).
+def _fix_sign_np(vectors, axis):
+    """Signs (+-1) making each vector's largest-magnitude entry (along `axis`) positive."""
+    idx = np.expand_dims(np.argmax(np.abs(vectors), axis=axis), axis)
+    s = np.sign(np.take_along_axis(vectors, idx, axis=axis))
+    return np.where(s == 0, 1, s).astype(vectors.dtype)
+
+
+def fix_sign_torchlike(torch, vectors, dim):
+    """The same rule on torch tensors (for references): the signs along `dim`."""
+    idx = vectors.detach().abs().argmax(dim=dim, keepdim=True)
+    s = torch.gather(vectors.detach(), dim, idx).sign()
+    return torch.where(s == 0, torch.ones_like(s), s)
+
+
+def _eigh_meta(a, UPLO):
+    _check_matrix("linalg.eigh", a)
+    if UPLO not in ("L", "U"):
+        raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
+    return TensorMeta(a.shape[:-1], a.dtype), a
+
+
+def _eigh_kernel(ctx, a, UPLO):
+    w, v = np.linalg.eigh(_host(ctx, a), UPLO=UPLO)
+    v = v * _fix_sign_np(v, -2)
+    return _device(ctx, w, 0), _device(ctx, v, 1)
+
+
+def _eigh_grad(ctx, gw, gv):
+    # torch's rule: gA = V (skew(V^T gV) / E + diag(gw)) V^T with E_ij = w_j - w_i and
+    # skew(X) = (X - X^T) / 2 (the diagonal of the quotient is then zero).
+    w, v = ctx.output(0), ctx.output(1)
+    n = ctx.in_metas[0].shape[-1]
+    vtgv = op("matmul", _mT(v), gv)
+    skew = op("mul_scalar", op("sub", vtgv, _mT(vtgv)), other=0.5)
+    e = op("sub", op("unsqueeze", w, dim=-2), op("unsqueeze", w, dim=-1))
+    e = op("add", e, _eye_like(w, n))  # 1 on the diagonal (where skew is 0)
+    inner = op("add", op("div", skew, e), _diag_embed(gw, n))
+    return (op("matmul", op("matmul", v, inner), _mT(v)),)
+
+
+def _eigh_reference(torch, a, UPLO="L"):
+    w, v = torch.linalg.eigh(a, UPLO=UPLO)
+    return w, v * fix_sign_torchlike(torch, v, -2)
+
+
+register(OpDef(
+    "linalg_eigh",
+    inputs=("A",),
+    outputs=("eigenvalues", "eigenvectors"),
+    attrs={"UPLO": Attr("str", "L")},
+    infer_meta=_eigh_meta,
+    kernel=_eigh_kernel,
+    saves=("eigenvalues", "eigenvectors"),
+    grad=_eigh_grad,
+    sbp=_batch_sbp(2),
+    reference=_eigh_reference,
+    # float32 for gradients: eigh reads one triangle (see linalg_cholesky's samples).
+    samples=lambda rng: [
+        Sample(_spd(rng, 3, 3, dtype=np.float32), rtol=1e-3, atol=1e-4),
+        Sample(_spd(rng, 2, 3, 3, dtype=np.float32), UPLO="U", rtol=1e-3, atol=1e-4),
+        Sample(_spd(rng, 2, 2, 4, 4), grad=False),
+    ],
+))
+
+
+# -- svd ------------------------------------------------------------------------------------
+def _svd_meta(a, full_matrices):
+    _check_matrix("linalg.svd", a, square=False)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    batch = a.shape[:-2]
+    if full_matrices:
+        return (TensorMeta(batch + (m, m), a.dtype), TensorMeta(batch + (k,), a.dtype),
+                TensorMeta(batch + (n, n), a.dtype))
+    return (TensorMeta(batch + (m, k), a.dtype), TensorMeta(batch + (k,), a.dtype),
+            TensorMeta(batch + (k, n), a.dtype))
+
+
+def _svd_kernel(ctx, a, full_matrices):
+    x = _host(ctx, a)
+    u, s, vh = np.linalg.svd(x, full_matrices=full_matrices)
+    k = s.shape[-1]
+    sign = _fix_sign_np(u, -2)  # (*, 1, cols of U)
+    u = u * sign
+    vh = vh.copy()
+    vh[..., :k, :] *= np.swapaxes(sign[..., :k], -1, -2)
+    return _device(ctx, u, 0), _device(ctx, s, 1), _device(ctx, vh, 2)
+
+
+def _narrow_last(x, dim, k):
+    if x.shape[dim] == k:
+        return x
+    return op("narrow", x, dim=dim, start=0, length=k)
+
+
+def _svd_grad(ctx, gu, gs, gvh):
+    # torch's rule (real case), with the first k = min(m, n) singular vectors:
+    #   gA = U [ (J S + S K) / E + diag(gS) ] V^T + (I - U U^T) gU S^-1 V^T
+    #        + U S^-1 gV^T (I - V V^T),
+    # J = U^T gU - gU^T U, K = V^T gV - gV^T V, E_ij = s_j^2 - s_i^2 (1 on the diagonal).
+    m, n = ctx.in_metas[0].shape[-2:]
+    u, s, vh = ctx.output(0), ctx.output(1), ctx.output(2)
+    k = min(m, n)
+    u, gu = _narrow_last(u, -1, k), _narrow_last(gu, -1, k)
+    vh, gvh = _narrow_last(vh, -2, k), _narrow_last(gvh, -2, k)
+    v, gv = _mT(vh), _mT(gvh)
+    utgu = op("matmul", _mT(u), gu)
+    vtgv = op("matmul", vh, gv)
+    j = op("sub", utgu, _mT(utgu))
+    kk = op("sub", vtgv, _mT(vtgv))
+    s_row, s_col = op("unsqueeze", s, dim=-2), op("unsqueeze", s, dim=-1)
+    s2 = op("mul", s, s)
+    e = op("sub", op("unsqueeze", s2, dim=-2), op("unsqueeze", s2, dim=-1))
+    e = op("add", e, _eye_like(s, k))
+    inner = op("div", op("add", op("mul", j, s_row), op("mul", s_col, kk)), e)
+    inner = op("add", inner, _diag_embed(gs, k))
+    ga = op("matmul", op("matmul", u, inner), vh)
+    if m > k:  # (I - U U^T) gU S^-1 V^T
+        proj = op("sub", gu, op("matmul", u, utgu))
+        ga = op("add", ga, op("matmul", op("div", proj, s_row), vh))
+    if n > k:  # U S^-1 gV^T (I - V V^T)
+        proj = op("sub", gv, op("matmul", v, vtgv))
+        ga = op("add", ga, op("matmul", u, op("div", _mT(proj), s_col)))
+    return (ga,)
+
+
+def _svd_reference(torch, a, full_matrices=True):
+    u, s, vh = torch.linalg.svd(a, full_matrices=full_matrices)
+    k = s.shape[-1]
+    sign = fix_sign_torchlike(torch, u, -2)
+    vh_sign = torch.ones(vh.shape[:-1] + (1,), dtype=vh.dtype)
+    vh_sign[..., :k, :] = sign[..., :k].mT
+    return u * sign, s, vh * vh_sign
+
+
+register(OpDef(
+    "linalg_svd",
+    inputs=("A",),
+    outputs=("U", "S", "Vh"),
+    attrs={"full_matrices": Attr("bool", True)},
+    infer_meta=_svd_meta,
+    kernel=_svd_kernel,
+    saves=("U", "S", "Vh"),
+    grad=_svd_grad,
+    sbp=_batch_sbp(3),
+    reference=_svd_reference,
+    # full_matrices=True on square matrices only: the extra columns of U (or rows of Vh) are
+    # any orthonormal basis of a complement, so no two LAPACKs need agree on them.
+    samples=lambda rng: [
+        Sample(_rand(rng, 4, 3), full_matrices=False),
+        Sample(_rand(rng, 3, 5), full_matrices=False),
+        Sample(_rand(rng, 2, 3, 3, 3)),
+        Sample(_rand(rng, 2, 4, 2), full_matrices=False),
+        Sample(_rand(rng, 2, 3, 4, dtype=np.float32), full_matrices=False, rtol=1e-3,
+               atol=1e-4),
+    ],
+))
+
+
+# -- qr -------------------------------------------------------------------------------------
+_QR_MODES = ("reduced", "complete", "r")
+
+
+def _qr_meta(a, mode):
+    if mode not in _QR_MODES:
+        raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of "
+                           "'reduced' (default), 'r', or 'complete'")
+    _check_matrix("linalg.qr", a, square=False)
+    m, n = a.shape[-2:]
+    k = m if mode == "complete" else min(m, n)
+    batch = a.shape[:-2]
+    q = TensorMeta((0,), a.dtype) if mode == "r" else TensorMeta(batch + (m, k), a.dtype)
+    return q, TensorMeta(batch + (k, n), a.dtype)
+
+
+def _qr_kernel(ctx, a, mode):
+    x = _host(ctx, a)
+    if mode == "r":
+        return _device(ctx, np.empty((0,)), 0), _device(ctx, np.linalg.qr(x, mode="r"), 1)
+    q, r = np.linalg.qr(x, mode=mode)
+    return _device(ctx, q, 0), _device(ctx, r, 1)
+
+
+def _qr_grad_tall(q, r, gq, gr):
+    """A = QR with m >= n (Q m x n, R n x n): gA = (gQ + Q copyltu(M)) R^-T with
+    M = R gR^T - gQ^T Q, copyltu(M) = tril(M) + tril(M, -1)^T."""
+    mm = op("sub", op("matmul", r, _mT(gr)), op("matmul", _mT(gq), q))
+    sym = op("add", op("tril", mm, diagonal=0), _mT(op("tril", mm, diagonal=-1)))
+    b = op("add", gq, op("matmul", q, sym))
+    # B R^-T = (R^-1 B^T)^T: a solve against the triangular R.
+    return _mT(op("linalg_solve", r, _mT(b)))
+
+
+def _qr_grad(ctx, gq, gr):
+    mode = ctx.attrs["mode"]
+    m, n = ctx.in_metas[0].shape[-2:]
+    if mode == "r":
+        raise RuntimeError("The derivative of linalg.qr depends on Q, which is not computed "
+                           "when mode='r'. Please use linalg.qr(A, mode='reduced') if you are "
+                           "going to differentiate through linalg.qr.")
+    if mode == "complete" and m > n:
+        raise RuntimeError("The QR decomposition is not differentiable when mode='complete' "
+                           "and nrows > ncols.")
+    q, r = ctx.output(0), ctx.output(1)
+    if m >= n:
+        return (_qr_grad_tall(q, r, gq, gr),)
+    # m < n: A = [X | Y] with X = Q U (square QR) and Y = Q V, V = Q^T Y.  Then
+    # gY = Q gV and X sees gQ + Y gV^T through V.
+    a = ctx.input(0)
+    u = op("narrow", r, dim=-1, start=0, length=m)
+    gu = op("narrow", gr, dim=-1, start=0, length=m)
+    gv = op("narrow", gr, dim=-1, start=m, length=n - m)
+    y = op("narrow", a, dim=-1, start=m, length=n - m)
+    gx = _qr_grad_tall(q, u, op("add", gq, op("matmul", y, _mT(gv))), gu)
+    return (op("cat", (gx, op("matmul", q, gv)), dim=-1),)
+
+
+register(OpDef(
+    "linalg_qr",
+    inputs=("A",),
+    outputs=("Q", "R"),
+    attrs={"mode": Attr("str", "reduced")},
+    infer_meta=_qr_meta,
+    kernel=_qr_kernel,
+    saves=("A", "Q", "R"),
+    grad=_qr_grad,
+    sbp=_batch_sbp(2),
+    reference=lambda torch, a, mode="reduced": torch.linalg.qr(a, mode=mode),
+    # LAPACK's Householder QR fixes the signs (R's diagonal as geqrf leaves it): torch's MKL
+    # and NumPy's OpenBLAS agree, so Q and R are compared as they are.
+    samples=lambda rng: [
+        Sample(_rand(rng, 4, 3)),
+        Sample(_rand(rng, 3, 3)),
+        Sample(_rand(rng, 2, 3, 5)),
+        Sample(_rand(rng, 2, 2, 4, 2), mode="complete", grad=False),
+        Sample(_rand(rng, 2, 3, 3), mode="complete"),
+        Sample(_rand(rng, 5, 3), mode="r", grad=False),
+        Sample(_rand(rng, 2, 4, 3, dtype=np.float32), rtol=1e-4, atol=1e-5),
+    ],
 ))
