@@ -1366,3 +1366,281 @@ register(OpDef(
                rng.uniform(0, 1, (2, 3)).astype(np.float32), grad=False),
     ],
 ))
+
+
+# =========================================================================================
+# ctc_loss
+# =========================================================================================
+# Connectionist temporal classification over the extended label sequence
+# l' = (blank, y1, blank, y2, ..., yL, blank) of length S' = 2 S + 1 (S: the padded target
+# width).  The alpha (forward) and beta (backward) recursions run in log space, one
+# vectorised step per time step over (batch, S'); samples shorter than the longest run on
+# with masks (entries past 2 L_n form no path, since paths only move up in s).
+def _ctc_check(name, lp, targets, input_lengths, target_lengths, blank):
+    require_float(name, "log_probs", lp)
+    if lp.ndim != 3:
+        raise op_error(name, f"expected log_probs of shape (T, N, C), got {list(lp.shape)}")
+    t, n, c = lp.shape
+    _check_indices(name, "targets", targets)
+    if targets.ndim != 2 or targets.shape[0] != n:
+        raise op_error(name, f"expected padded targets of shape (N={n}, S), got "
+                       f"{list(targets.shape)}")
+    for arg, m in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
+        _check_indices(name, arg, m)
+        if m.shape != (n,):
+            raise op_error(name, f"{arg} must be of size batch_size ({n}), got "
+                           f"{list(m.shape)}")
+    if not 0 <= blank < c:
+        raise op_error(name, f"blank must be in label range [0, {c}), got {blank}")
+
+
+def _ctc_loss_meta(lp, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    _ctc_check("ctc_loss", lp, targets, input_lengths, target_lengths, blank)
+    return TensorMeta((lp.shape[1],), lp.dtype)
+
+
+def _lse(k, terms):
+    """log(sum(exp(terms))) elementwise, -inf where every term is -inf."""
+    m = terms[0]
+    for x in terms[1:]:
+        m = k.bin("maximum", m, x)
+    safe = k.where(k.u("isinf", m), 0.0, m)  # all -inf: exp(-inf - 0) sums to 0, log -> -inf
+    total = None
+    for x in terms:
+        e = k.u("exp", k.sub(x, safe))
+        total = e if total is None else k.add(total, e)
+    return k.add(k.u("log", total), safe)
+
+
+def _shift(k, x, by, fill):
+    """x[:, s - by] along the last axis (by > 0: from below; by < 0: from above), fill where
+    that falls outside."""
+    p = k.p
+    n, s = x.shape
+    if by > 0:
+        padded = p.pad(x, ((0, 0), (by, 0)), "constant", fill)
+        return p.slice(padded, (slice(None), slice(0, s)))
+    padded = p.pad(x, ((0, 0), (0, -by)), "constant", fill)
+    return p.slice(padded, (slice(None), slice(-by, s - by)))
+
+
+def _ctc_setup(ctx, metas, lp, targets, input_lengths, target_lengths, blank):
+    """(k, lp in compute dtype, emissions (T, N, S'), ext labels (N, S'), T_n, L_n, the valid
+    s mask, the s-2 -> s transition mask)."""
+    p = ctx.prims
+    lpm, tm, ilm, tlm = metas
+    k, (lp,) = _in_compute(ctx, (lp,), (lpm,))
+    t_max, n, c = lpm.shape
+    width = 2 * tm.shape[1] + 1
+    tg = cast_array(ctx, targets, tm.dtype, dt.int64)
+    # Padding entries may hold anything: clamp them into the class range for the gather.
+    tg = p.binary("minimum", p.binary("maximum", tg, p.full((), dt.int64, 0)),
+                  p.full((), dt.int64, c - 1))
+    ext = p.full((n, width), dt.int64, blank)
+    if tm.shape[1]:
+        p.index_put(ext, (slice(None), slice(1, None, 2)), tg)
+    index = p.contiguous(p.broadcast_to(p.reshape(ext, (1, n, width)), (t_max, n, width)))
+    em = p.gather(lp, 2, index)
+    il = p.reshape(cast_array(ctx, input_lengths, ilm.dtype, dt.int64), (n, 1))
+    tl = p.reshape(cast_array(ctx, target_lengths, tlm.dtype, dt.int64), (n, 1))
+    s_idx = p.from_host(np.arange(width).reshape(1, width), dt.int64)
+    two_l = p.binary("mul", tl, p.full((), dt.int64, 2))
+    valid = p.binary("le", s_idx, two_l)  # s < 2 L + 1
+    odd3 = p.from_host(((np.arange(width) % 2 == 1) & (np.arange(width) >= 3))
+                       .reshape(1, width), dt.bool_)
+    prev2 = _shift(k, ext, 2, blank)
+    allow2 = p.binary("logical_and", odd3, p.binary("ne", ext, prev2))
+    return k, lp, em, ext, il, two_l, valid, allow2
+
+
+def _ctc_alpha(k, em, valid, allow2):
+    """log alpha (T, N, S') with -inf where s is not a valid state."""
+    p = k.p
+    t_max, n, width = em.shape
+    neg = -np.inf
+    out = p.full((t_max, n, width), k.dtype, neg)
+    first = p.from_host((np.arange(width) < 2).reshape(1, width), dt.bool_)
+    cur = k.where(p.binary("logical_and", first, valid), p.slice(em, (0,)), neg)
+    p.copy(p.slice(out, (0,)), cur)
+    for t in range(1, t_max):
+        a1 = _shift(k, cur, 1, neg)
+        a2 = k.where(allow2, _shift(k, cur, 2, neg), neg)
+        cur = k.where(valid, k.add(_lse(k, (cur, a1, a2)), p.slice(em, (t,))), neg)
+        p.copy(p.slice(out, (t,)), cur)
+    return out
+
+
+def _ctc_nll(k, alpha, il, two_l):
+    """-log p(target | input) per sample, from alpha at t = T_n - 1, s in {2L, 2L - 1}."""
+    p = k.p
+    t_max, n, width = alpha.shape
+    zero = p.full((), dt.int64, 0)
+    last_t = p.binary("maximum", p.binary("sub", il, p.full((), dt.int64, 1)), zero)
+    at_t = p.gather(alpha, 0, p.contiguous(p.broadcast_to(p.reshape(last_t, (1, n, 1)),
+                                                          (1, n, width))))
+    at_t = p.reshape(at_t, (n, width))
+    end = p.gather(at_t, 1, two_l)
+    before = p.gather(at_t, 1, p.binary("maximum", p.binary("sub", two_l, p.full(
+        (), dt.int64, 1)), zero))
+    before = k.where(p.binary("gt", two_l, zero), before, -np.inf)  # no label: blank only
+    return k.u("neg", p.reshape(_lse(k, (end, before)), (n,)))
+
+
+def _ctc_loss_kernel(ctx, lp, targets, input_lengths, target_lengths, blank=0,
+                     zero_infinity=False):
+    k, lp, em, ext, il, two_l, valid, allow2 = _ctc_setup(
+        ctx, ctx.in_metas, lp, targets, input_lengths, target_lengths, blank)
+    nll = _ctc_nll(k, _ctc_alpha(k, em, valid, allow2), il, two_l)
+    if zero_infinity:
+        nll = k.where(k.u("isinf", nll), 0.0, nll)
+    return _finish(ctx, nll)
+
+
+def _ctc_loss_grad(ctx, g):
+    if not ctx.needs_input_grad[0]:
+        return None, None, None, None
+    a = ctx.attrs
+    return (op("ctc_loss_grad", g, ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3),
+               blank=a["blank"], zero_infinity=a["zero_infinity"]), None, None, None)
+
+
+def _ctc_loss_grad_meta(g, lp, targets, input_lengths, target_lengths, blank=0,
+                        zero_infinity=False):
+    _ctc_check("ctc_loss_backward", lp, targets, input_lengths, target_lengths, blank)
+    if g.shape != (lp.shape[1],):
+        raise op_error("ctc_loss_backward", f"expected grad_output of shape [{lp.shape[1]}], "
+                       f"got {list(g.shape)}")
+    return TensorMeta(lp.shape, lp.dtype)
+
+
+def _ctc_loss_grad_kernel(ctx, g, lp, targets, input_lengths, target_lengths, blank=0,
+                          zero_infinity=False):
+    """torch's gradient w.r.t. log_probs: exp(lp) - exp(log sum_{s: l'_s = c} alpha beta
+    + nll - lp), times grad_output, zero for t >= T_n (and for infinite losses with
+    zero_infinity).  The exp(lp) term is the one torch's kernel adds for log_softmax input."""
+    p = ctx.prims
+    gm = ctx.in_metas[0]
+    k, lp, em, ext, il, two_l, valid, allow2 = _ctc_setup(
+        ctx, ctx.in_metas[1:], lp, targets, input_lengths, target_lengths, blank)
+    t_max, n, width = em.shape
+    c = ctx.in_metas[1].shape[2]
+    neg = -np.inf
+    alpha = _ctc_alpha(k, em, valid, allow2)
+    nll = _ctc_nll(k, alpha, il, two_l)
+    # beta, from t = T_n - 1 down; it starts in the two final states.
+    beta = p.full((t_max, n, width), k.dtype, neg)
+    s_idx = p.from_host(np.arange(width).reshape(1, width), dt.int64)
+    one = p.full((), dt.int64, 1)
+    final = p.binary("logical_or", p.binary("eq", s_idx, two_l),
+                     p.binary("eq", s_idx, p.binary("sub", two_l, one)))
+    final = p.binary("logical_and", final, valid)
+    allow_up2 = _shift(k, allow2, -2, False)  # s -> s + 2 is allowed where s + 2 -> s was
+    cur = p.full((n, width), k.dtype, neg)
+    for t in range(t_max - 1, -1, -1):
+        step = p.full((), dt.int64, t)
+        b1 = _shift(k, cur, -1, neg)
+        b2 = k.where(allow_up2, _shift(k, cur, -2, neg), neg)
+        rec = k.add(_lse(k, (cur, b1, b2)), p.slice(em, (t,)))
+        last = p.binary("logical_and", p.binary("eq", il, p.binary("add", step, one)), final)
+        inside = p.binary("gt", il, p.binary("add", step, one))  # t < T_n - 1
+        cur = k.where(last, p.slice(em, (t,)), k.where(inside, k.where(valid, rec, neg), neg))
+        p.copy(p.slice(beta, (t,)), cur)
+    ab = k.add(alpha, beta)  # (T, N, S')
+    m = p.reduce("max", ab, (2,), True)
+    m = k.where(k.u("isinf", m), 0.0, m)
+    index = p.contiguous(p.broadcast_to(p.reshape(ext, (1, n, width)), (t_max, n, width)))
+    sums = p.scatter(p.full((t_max, n, c), k.dtype, 0), 2, index,
+                     p.contiguous(k.u("exp", k.sub(ab, m))), "add")
+    lcab = k.add(k.u("log", sums), m)
+    nll3 = p.reshape(nll, (1, n, 1))
+    grad = k.sub(k.u("exp", lp), k.u("exp", k.sub(k.add(lcab, nll3), lp)))
+    gg = p.reshape(cast_array(ctx, g, gm.dtype, k.dtype), (1, n, 1))
+    grad = k.mul(grad, gg)
+    t_idx = p.from_host(np.arange(t_max).reshape(t_max, 1, 1), dt.int64)
+    live = p.binary("lt", t_idx, p.reshape(il, (1, n, 1)))
+    if zero_infinity:
+        live = p.binary("logical_and", live, p.unary("logical_not", p.unary("isinf", nll3)))
+    return _finish(ctx, k.where(live, grad, 0.0))
+
+
+def _ctc_sbp(*metas, **attrs):
+    n = metas[-1].shape[0]
+    sigs = [Signature((B,) * len(metas), (B,))]
+    if n > 1:  # samples are independent: log_probs and its gradient split on axis 1
+        ins = tuple(Split(1) if m.ndim == 3 else Split(0) for m in metas)
+        out = Split(1) if len(metas) == 5 else Split(0)
+        sigs.append(Signature(ins, (out,)))
+    if len(metas) == 5:  # (P, B, B, B, B)->P: linear in grad_output
+        sigs.append(Signature((P, B, B, B, B), (P,)))
+    return sigs
+
+
+def _ctc_reference(torch, lp, targets, input_lengths, target_lengths, blank=0,
+                   zero_infinity=False):
+    return torch.nn.functional.ctc_loss(lp, targets, input_lengths, target_lengths, blank,
+                                        reduction="none", zero_infinity=zero_infinity)
+
+
+def _ctc_grad_reference(torch, g, lp, targets, input_lengths, target_lengths, blank=0,
+                        zero_infinity=False):
+    x = lp.detach().requires_grad_(True)
+    with torch.enable_grad():
+        loss = torch.nn.functional.ctc_loss(x, targets, input_lengths, target_lengths, blank,
+                                            reduction="none", zero_infinity=zero_infinity)
+        (gx,) = torch.autograd.grad(loss, x, g)
+    return gx
+
+
+def _ctc_samples(rng, with_grad=False):
+    def lp(t, n, c, dtype=np.float64):
+        x = rng.standard_normal((t, n, c))
+        x = x - np.log(np.exp(x).sum(-1, keepdims=True))
+        return x.astype(dtype)
+
+    def g(n):
+        return (rng.standard_normal(n),) if with_grad else ()
+
+    out = [
+        Sample(*g(3), lp(6, 3, 5), np.array([[1, 2, 2], [3, 0, 0], [4, 1, 3]]),
+               np.array([6, 5, 6]), np.array([3, 1, 2])),
+        # repeated labels, a sample too short for its target (infinite loss), an empty target
+        Sample(*g(3), lp(5, 3, 4), np.array([[2, 2, 2], [1, 1, 0], [3, 3, 3]]),
+               np.array([5, 2, 4]), np.array([3, 2, 0]), blank=0, zero_infinity=True),
+        Sample(*g(2), lp(7, 2, 4, np.float32), np.array([[0, 1, 0, 2], [2, 2, 1, 1]],
+                                                        np.int32),
+               np.array([7, 6], np.int32), np.array([4, 3], np.int32), blank=3),
+    ]
+    if not with_grad:
+        for s in out:
+            # torch's gradient adds exp(log_probs) (it assumes log_softmax input), which finite
+            # differences of the loss do not see: ctc_loss_grad's samples compare it instead.
+            s.grad = False
+    return out
+
+
+register(OpDef(
+    "ctc_loss",
+    inputs=("log_probs", "targets", "input_lengths", "target_lengths"),
+    attrs={"blank": Attr("int", 0), "zero_infinity": Attr("bool", False)},
+    infer_meta=_ctc_loss_meta,
+    kernel=_ctc_loss_kernel,
+    grad=_ctc_loss_grad,
+    saves=("log_probs", "targets", "input_lengths", "target_lengths"),
+    sbp=_ctc_sbp,
+    reference=_ctc_reference,
+    samples=_ctc_samples,
+    doc="Per-sample CTC negative log likelihood (padded targets), log-space alpha recursion.",
+))
+
+register(OpDef(
+    "ctc_loss_grad",
+    inputs=("grad_output", "log_probs", "targets", "input_lengths", "target_lengths"),
+    attrs={"blank": Attr("int", 0), "zero_infinity": Attr("bool", False)},
+    infer_meta=_ctc_loss_grad_meta,
+    kernel=_ctc_loss_grad_kernel,
+    sbp=_ctc_sbp,
+    reference=_ctc_grad_reference,
+    samples=lambda rng: _ctc_samples(rng, with_grad=True),
+    doc="torch's CTC gradient w.r.t. log_probs (alpha and beta recomputed); no double "
+        "backward, as in torch.",
+))

@@ -706,6 +706,84 @@ def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,
                            _sum_over_weight)
 
 
+def _host_lengths(name: str, lengths, n: int) -> list[int]:
+    """Lengths (a tensor, or a sequence of ints) as host ints; a tensor is read (a sync, as
+    torch's CPU kernel reads them too)."""
+    if isinstance(lengths, Tensor):
+        if lengths.dtype.is_floating_point or lengths.dtype is dt.bool_:
+            raise RuntimeError(f"ctc_loss(): {name} must be an integer tensor, got "
+                               f"{lengths.dtype.name}")
+        values = lengths.reshape(-1).tolist()
+    elif isinstance(lengths, (int, np.integer)):
+        values = [int(lengths)]
+    else:
+        values = [int(v) for v in lengths]
+    if len(values) != n:
+        raise RuntimeError(f"{name} must be of size batch_size")
+    return values
+
+
+def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths,
+             blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
+    """Connectionist temporal classification loss (the `ctc_loss` op per sample)."""
+    reduction = _reduction_arg(None, None, reduction)
+    if log_probs.ndim == 2:  # unbatched: (T, C) with a 1-D target
+        log_probs = log_probs.unsqueeze(1)
+        targets = targets.unsqueeze(0)
+    if log_probs.ndim != 3:
+        raise RuntimeError(f"ctc_loss(): expected log_probs of shape (T, N, C) or (T, C), got "
+                           f"{list(log_probs.shape)}")
+    t_max, n, c = log_probs.shape
+    il = _host_lengths("input_lengths", input_lengths, n)
+    tl = _host_lengths("target_lengths", target_lengths, n)
+    if not 0 <= blank < c:
+        raise RuntimeError("blank must be in label range")
+    for v in il:
+        if v > t_max:
+            raise RuntimeError(f"Expected input_lengths to have value at most {t_max}, but got "
+                               f"value {v} (while checking arguments for ctc_loss)")
+    if any(v < 0 for v in il + tl):
+        raise RuntimeError("ctc_loss(): input and target lengths must be non-negative")
+    widest = max(tl, default=0)
+    if targets.ndim == 1:
+        total = sum(tl)
+        if targets.shape[0] != total:
+            raise RuntimeError(f"Expected tensor to have size {total} at dimension 0, but got "
+                               f"size {targets.shape[0]} for argument #2 'targets' (while "
+                               "checking arguments for ctc_loss)")
+        # Concatenated targets -> padded (N, max length): one gather with a host-built index.
+        starts = np.cumsum([0] + tl[:-1])
+        index = starts[:, None] + np.arange(widest)[None, :]
+        index = np.minimum(index, max(total - 1, 0))
+        if total == 0:
+            targets = creation.zeros((n, widest), dtype=targets.dtype,
+                                     device=targets._where())
+        else:
+            targets = targets[creation.tensor(index, dtype=dt.int64,
+                                              device=targets._where())]
+    elif targets.ndim == 2:
+        if targets.shape[1] < widest:
+            raise RuntimeError(f"Expected tensor to have size at least {widest} at dimension 1, "
+                               f"but got size {targets.shape[1]} for argument #2 'targets' "
+                               "(while checking arguments for ctc_loss)")
+        if targets.shape[0] != n:
+            raise RuntimeError(f"Expected tensor to have size {n} at dimension 0, but got size "
+                               f"{targets.shape[0]} for argument #2 'targets'")
+    else:
+        raise RuntimeError(f"ctc_loss(): expected targets of 1 or 2 dimensions, got "
+                           f"{targets.ndim}")
+    where = log_probs._where()
+    il_t = creation.tensor(il, dtype=dt.int64, device=where)
+    tl_t = creation.tensor(tl, dtype=dt.int64, device=where)
+    loss = call("ctc_loss", log_probs, targets, il_t, tl_t, blank=int(blank),
+                zero_infinity=bool(zero_infinity))
+    if reduction == "mean":
+        return (loss / tl_t.clamp(min=1).to(loss.dtype)).mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
 def _quadratic_near_zero(d: Tensor, width: float, quad_scale: float, lin_scale: float):
     """quad_scale * d^2 / 2 for |d| < width, lin_scale * (|d| - width / 2) beyond."""
     a = d.abs()
@@ -969,8 +1047,8 @@ METHODS = {
 
 __all__ = [
     "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu",
-    "celu_", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout1d",
-    "alpha_dropout", "feature_alpha_dropout",
+    "celu_", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "ctc_loss",
+    "dropout", "dropout1d", "alpha_dropout", "feature_alpha_dropout",
     "dropout2d", "dropout3d", "elu", "elu_", "embedding", "gelu", "glu", "group_norm",
     "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hardtanh_", "hinge_embedding_loss",
     "huber_loss", "instance_norm", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "leaky_relu_",
