@@ -19,7 +19,10 @@ from .framework import interpreter as _interpreter  # noqa: F401  (installs the 
 from .framework import global_tensor as _global_tensor  # noqa: F401  (the global interpreter)
 from .framework.functional import *  # noqa: F403
 from .framework.generator import Generator, default_generator, initial_seed, manual_seed, seed
-from .framework.tensor import Size, Tensor
+from .framework.tensor import (  # noqa: E402
+    Size, Tensor, channels_last, channels_last_3d, contiguous_format, memory_format,
+    preserve_format,
+)
 from . import vm
 from .vm import synchronize
 from .framework.tensor_str import get_printoptions, printoptions, set_printoptions
@@ -44,6 +47,13 @@ def is_floating_point(t: Tensor) -> bool:
     return t.dtype.is_floating_point
 
 
+def is_complex(t: Tensor) -> bool:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"is_complex(): argument 'input' (position 1) must be Tensor, not "
+                        f"{type(t).__name__}")
+    return False  # sbpflow has no complex dtypes
+
+
 __version__ = "0.1.0"
 
 from . import linalg, nn, optim, utils  # noqa: E402
@@ -51,3 +61,7 @@ from .framework.serialization import load, save  # noqa: E402
 from . import serialization  # noqa: E402  (torch.serialization)
 from . import comm, env  # noqa: E402  (flow.comm, flow.env; MPI starts only under mpiexec -n >1)
 from . import distributed  # noqa: E402  (publishes flow.comm.all_reduce and the other collectives)
+# torch's device and backend namespaces (CPU only: no CUDA, no accelerator)
+from . import accelerator, amp, backends, cuda, onnx, random  # noqa: E402
+from .amp import autocast  # noqa: E402
+from .amp.autocast_mode import get_autocast_dtype, is_autocast_enabled  # noqa: E402

@@ -30,6 +30,23 @@ def device_types() -> list[str]:
     return sorted(_PRIMITIVES)
 
 
+# torch's device types: a value of one of them exists (torch.device("cuda") is just a value)
+# even where sbpflow has no primitives for it; using it (allocating, moving a tensor there)
+# raises what torch's CPU-only build raises.
+TORCH_DEVICE_TYPES = (
+    "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga",
+    "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone",
+)
+
+
+def unavailable_error(type_: str) -> Exception:
+    """What using a device type without primitives raises (torch 2.13's CPU build's error)."""
+    if type_ == "cuda":
+        return AssertionError("Torch not compiled with CUDA enabled")
+    return NotImplementedError(
+        f"sbpflow has no '{type_}' backend: tensors live on the CPU (device 'cpu')")
+
+
 class Device:
     """A device value: type plus index.  Frozen and hashable."""
 
@@ -41,9 +58,28 @@ class Device:
         elif ":" in type_:
             type_, _, idx = type_.partition(":")
             index = int(idx)
-        object.__setattr__(self, "prims", primitives(type_))
+        if type_ in _PRIMITIVES:
+            object.__setattr__(self, "prims", _PRIMITIVES[type_])
+        elif type_ not in TORCH_DEVICE_TYPES:
+            raise RuntimeError(f"Expected one of {', '.join(TORCH_DEVICE_TYPES)} device type at "
+                               f"start of device string: {type_}")
+        # else: a device value without primitives; `prims` stays unset (see __getattr__)
         object.__setattr__(self, "type", type_)
         object.__setattr__(self, "index", index)
+
+    def __getattr__(self, name):
+        # Only reached for an unset slot: the primitives of a device type sbpflow lacks.
+        if name == "prims":
+            raise unavailable_error(self.type)
+        raise AttributeError(f"'device' object has no attribute '{name}'")
+
+    def __reduce__(self):
+        return (Device, (self.type, self.index))
+
+    def check_available(self) -> Device:
+        """Raise torch's error if tensors cannot be made on this device; return self."""
+        self.prims  # noqa: B018
+        return self
 
     def __setattr__(self, name, value):
         raise AttributeError("device is immutable")
@@ -71,5 +107,5 @@ register_device("mock", MockPrimitives())
 
 __all__ = [
     "Device", "KernelBypassError", "MockArray", "MockPrimitives", "Primitives",
-    "device_types", "primitives", "register_device",
+    "TORCH_DEVICE_TYPES", "device_types", "primitives", "register_device", "unavailable_error",
 ]

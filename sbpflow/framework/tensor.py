@@ -42,6 +42,50 @@ class Size(tuple):
 _CPU = Device("cpu")
 
 
+class memory_format:  # noqa: N801 - torch's name
+    """torch.memory_format.  sbpflow keeps every tensor C-contiguous (row-major): the formats
+    are accepted where torch accepts them and give the same values, not torch's strides."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return f"sbpflow.{self.name}"
+
+    def __reduce__(self):
+        return (_memory_format, (self.name,))
+
+
+def _memory_format(name: str) -> memory_format:
+    return _MEMORY_FORMATS[name]
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+_MEMORY_FORMATS = {m.name: m for m in (contiguous_format, preserve_format, channels_last,
+                                       channels_last_3d)}
+
+
+def check_memory_format(op: str, t: Tensor, fmt, *, preserve_ok: bool = True) -> None:
+    """Validate a memory_format= argument as torch does (type, and the rank channels_last
+    formats need)."""
+    if fmt is None:
+        return
+    if not isinstance(fmt, memory_format):
+        raise TypeError(f"{op}(): argument 'memory_format' must be sbpflow.memory_format, not "
+                        f"{type(fmt).__name__}")
+    if fmt is preserve_format and not preserve_ok:
+        raise RuntimeError(f"{op}(): preserve memory format is unsupported by the "
+                           "contiguous operator")
+    need = {"channels_last": 4, "channels_last_3d": 5}.get(fmt.name)
+    if need is not None and t.ndim != need:
+        raise RuntimeError(f"required rank {need} tensor to use {fmt.name} format")
+
+
 class Tensor:
     __slots__ = (
         "_blob", "_storage", "_meta", "_strides", "_offset", "_device", "_requires_grad", "grad",
@@ -160,7 +204,19 @@ class Tensor:
         return st if dim is None else st[dim]
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return self.stride() == _contiguous_strides(self._meta.shape)
+        fmt = memory_format
+        if fmt is None or fmt is contiguous_format:
+            return self.stride() == _contiguous_strides(self._meta.shape)
+        check_memory_format("is_contiguous", self, fmt, preserve_ok=False)
+        # channels_last: the strides of the same shape laid out as N, spatial..., C
+        shape = self._meta.shape
+        order = (0, *range(2, len(shape)), 1)
+        st = _canonical_strides(shape, self._strides)
+        want, acc = [0] * len(shape), 1
+        for ax in reversed(order):
+            want[ax] = acc
+            acc *= max(shape[ax], 1)
+        return all(shape[i] <= 1 or st[i] == want[i] for i in range(len(shape)))
 
     def data_ptr(self) -> int:
         return self._host().__array_interface__["data"][0]
@@ -176,9 +232,77 @@ class Tensor:
     def _version(self) -> int:
         return self._storage.version
 
+    # Device and layout flags: sbpflow's tensors are dense, strided, unquantized CPU tensors.
     @property
     def is_cuda(self) -> bool:
         return self._device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._device.type == "cpu"
+
+    @property
+    def is_xpu(self) -> bool:
+        return self._device.type == "xpu"
+
+    @property
+    def is_mps(self) -> bool:
+        return self._device.type == "mps"
+
+    @property
+    def is_meta(self) -> bool:
+        return self._device.type == "meta"
+
+    is_sparse = property(lambda self: False, doc="False: sbpflow has dense tensors only")
+    is_sparse_csr = property(lambda self: False, doc="False: sbpflow has dense tensors only")
+    is_quantized = property(lambda self: False, doc="False: sbpflow has no quantized tensors")
+    is_mkldnn = property(lambda self: False, doc="False: no MKL-DNN layout")
+    is_nested = property(lambda self: False, doc="False: no nested tensors")
+
+    def is_floating_point(self) -> bool:
+        return self._meta.dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return False  # sbpflow has no complex dtypes
+
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+        """torch's Tensor.cuda(): on a machine without CUDA, torch's CPU build's error."""
+        dev = Device("cuda") if device is None else (
+            Device("cuda", device) if isinstance(device, int) else Device(device))
+        dev.check_available()
+        raise NotImplementedError(f"cuda(): moving tensors to {dev} is not implemented")
+
+    # -- .data: the same memory, outside autograd ------------------------------------------
+    @property
+    def data(self) -> Tensor:
+        """torch's `.data`: a tensor over this tensor's memory that does not require grad and
+        has no history.  Unlike detach(), in-place writes through it (p.data.add_(...)) are
+        invisible to autograd: they do not bump the version that saved tensors check."""
+        t = object.__new__(_DataTensor)
+        Tensor._alias(t, self)
+        return t
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        """`p.data = other`: p now has other's memory, shape and dtype; p keeps its identity,
+        requires_grad, grad and hooks."""
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data must be a Tensor, not {type(value).__name__}")
+        if self._gl is not None and value._gl is None:
+            raise RuntimeError(
+                "data: cannot assign a local tensor to the .data of a global tensor; make it "
+                "global first (value.to_global(placement, sbp))")
+        if self._grad_fn is not None:
+            raise RuntimeError("data: can only assign .data of a leaf tensor (this one has a "
+                               "grad_fn); use detach() for a computed tensor")
+        if self._requires_grad and not value.dtype.is_floating_point:
+            raise RuntimeError("data set to a tensor that requires gradients must be floating "
+                               "point or complex dtype")
+        self._blob, self._storage, self._meta = value._blob, value._storage, value._meta
+        self._strides, self._offset, self._device = value._strides, value._offset, value._device
+        self._gl = value._gl
+        self._base = None
+        self._view_chain = ()
 
     # -- global tensors (OneFlow's API; see global_tensor.py) -----------------------------
     @property
@@ -453,6 +577,28 @@ class Tensor:
         raise TypeError(
             "sbpflow tensors are not pickled; save them with sbpflow.save (safetensors)"
         )
+
+
+class _DataTensor(Tensor):
+    """What `t.data` returns: an alias whose in-place methods leave the version counter as it
+    was, as torch's `.data` has a version counter of its own (saved tensors of t still pass
+    their check in backward, with the new values)."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name):
+        attr = object.__getattribute__(self, name)
+        if name[-1] == "_" and name[0] != "_" and callable(attr):
+            storage = object.__getattribute__(self, "_storage")
+
+            def inplace(*args, **kwargs):
+                version = storage.version
+                out = attr(*args, **kwargs)
+                storage.version = version
+                return out
+
+            return inplace
+        return attr
 
 
 # Set while nn.Graph.build() is traced (graph/trace.py): fn(tensor) raises for an eager tensor

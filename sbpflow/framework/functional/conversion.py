@@ -12,7 +12,8 @@ def clone(input: Tensor, *, memory_format=None) -> Tensor:
     return call("clone", input)
 
 
-def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=False):
+def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=False,
+       memory_format=None):
     """t.to(dtype), t.to(device), t.to(device, dtype), t.to(other)."""
     for a in args:
         if isinstance(a, Tensor):
@@ -24,7 +25,7 @@ def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=Fa
     out = self
     if dtype is not None and dt.as_dtype(dtype) is not self.dtype:
         out = call("to_dtype", out, dtype=dt.as_dtype(dtype))
-    if device is not None and Device(device) != self.device:
+    if device is not None and Device(device).check_available() != self.device:
         raise NotImplementedError(f"to(): moving tensors to {device} needs that device's "
                                   "copy primitive, not available yet")
     if copy and out is self:

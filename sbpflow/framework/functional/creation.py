@@ -160,7 +160,8 @@ def empty(*size, dtype=None, device=None,
 
 
 def _like(fn):
-    def like(input, *args, dtype=None, device=None, requires_grad=False, **kw):
+    def like(input, *args, dtype=None, device=None, requires_grad=False, memory_format=None,
+             **kw):
         return fn(tuple(input.shape), *args, dtype=input.dtype if dtype is None else dtype,
                   device=_where_of(input) if device is None else device,
                   requires_grad=requires_grad, **kw)
@@ -393,20 +394,22 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     return out
 
 
-def rand_like(input, *, dtype=None, device=None, requires_grad=False, generator=None):
+def rand_like(input, *, dtype=None, device=None, requires_grad=False, generator=None,
+              memory_format=None):
     return rand(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
                 device=_where_of(input) if device is None else device, generator=generator,
                 requires_grad=requires_grad)
 
 
-def randn_like(input, *, dtype=None, device=None, requires_grad=False, generator=None):
+def randn_like(input, *, dtype=None, device=None, requires_grad=False, generator=None,
+               memory_format=None):
     return randn(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
                  device=_where_of(input) if device is None else device, generator=generator,
                  requires_grad=requires_grad)
 
 
 def randint_like(input, *args, low=None, high=None, dtype=None, device=None,
-                 requires_grad=False, generator=None):
+                 requires_grad=False, generator=None, memory_format=None):
     """randint_like(input, high) or randint_like(input, low, high)."""
     return randint(*args, size=tuple(input.shape), low=low, high=high, generator=generator,
                    dtype=input.dtype if dtype is None else dtype,

@@ -148,6 +148,9 @@ def t(input: Tensor):
 
 
 def contiguous(input: Tensor, memory_format=None):
+    from ..tensor import check_memory_format
+
+    check_memory_format("contiguous", input, memory_format, preserve_ok=False)
     return input if input.is_contiguous() else call("clone", input)
 
 

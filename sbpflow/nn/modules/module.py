@@ -312,13 +312,32 @@ class Module:
 
     def to(self, *args, **kwargs):
         from ..._core.dtype import DType, as_dtype
+        from ...device import Device
+        from ...framework.tensor import check_memory_format, memory_format
 
-        dtype = kwargs.get("dtype")
+        dtype, device = kwargs.get("dtype"), kwargs.get("device")
+        unknown = set(kwargs) - {"dtype", "device", "non_blocking", "memory_format", "copy"}
+        if unknown:
+            raise TypeError(f"to() received an invalid combination of arguments: unexpected "
+                            f"keyword argument(s) {sorted(unknown)}")
+        fmt = kwargs.get("memory_format")
         for a in args:
-            if isinstance(a, DType):
+            if isinstance(a, DType) or (isinstance(a, str) and _is_dtype_name(a)):
                 dtype = a
             elif isinstance(a, Tensor):
-                dtype = a.dtype
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, (str, Device, int)) and not isinstance(a, bool):
+                device = a
+            elif isinstance(a, memory_format):
+                fmt = a
+        if fmt is not None and not isinstance(fmt, memory_format):
+            check_memory_format("to", None, fmt)  # raises torch's TypeError
+        if device is not None:
+            dev = Device("cuda", device) if isinstance(device, int) else Device(device)
+            if dev.type != "cpu":
+                dev.check_available()  # torch's CPU build: "Torch not compiled with CUDA ..."
+                raise NotImplementedError(f"Module.to(): moving modules to {dev} is not "
+                                          "implemented")
         if dtype is not None:
             dtype = as_dtype(dtype)
             if not dtype.is_floating_point:
@@ -343,6 +362,12 @@ class Module:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None):
+        from ...device import Device
+
+        Device("cuda", device if isinstance(device, int) else None).check_available()
+        raise NotImplementedError("Module.cuda(): sbpflow runs on the CPU")
 
     def to_global(self, placement=None, sbp=None):
         """Make every parameter and buffer global (OneFlow's `Module.to_global`): local ones
@@ -463,3 +488,9 @@ def _dt():
     from ..._core import dtype
 
     return dtype
+
+
+def _is_dtype_name(s: str) -> bool:
+    from ..._core import dtype as dt
+
+    return s in dt._NAMES
