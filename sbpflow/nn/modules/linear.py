@@ -47,3 +47,8 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """MultiheadAttention.out_proj's class in torch (a Linear that quantization leaves alone);
+    kept under torch's module path so pickled modules and reprs interchange."""

@@ -1,144 +1,213 @@
-"""MultiheadAttention and TransformerEncoderLayer with torch's parameter layout."""
+"""Transformer, its encoder and decoder stacks and layers (torch.nn.modules.transformer).
+
+Parameter names and layouts are torch's, so state dicts interchange; stacked layers are deep
+copies of the layer given, as torch's `_get_clones`."""
 
 from __future__ import annotations
 
-import math
+import copy
+import warnings
 
+import numpy as np
+
+from ..._core import dtype as dt
 from ...framework.functional import creation
-from ...framework.parameter import Parameter
 from .. import functional as F
 from .. import init
-from .activation import GELU, ReLU
+from .activation import GELU, MultiheadAttention, ReLU, _none_or_dtype, canonical_mask
+from .container import ModuleList
 from .dropout import Dropout
-from .linear import Linear
+from .linear import Linear, NonDynamicallyQuantizableLinear  # noqa: F401  (torch's names here)
 from .module import Module
 from .normalization import LayerNorm
 
 __all__ = [
-    "NonDynamicallyQuantizableLinear", "MultiheadAttention", "TransformerEncoderLayer",
-    "TransformerEncoder",
+    "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
 ]
 
 
-class NonDynamicallyQuantizableLinear(Linear):
-    """torch's name for MultiheadAttention.out_proj; kept so state dicts interchange."""
+def _generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+    """A float (sz, sz) mask: -inf above the diagonal, 0 on and below it."""
+    dtype = dtype if dtype is not None else dt.get_default_dtype()
+    upper = np.triu(np.full((sz, sz), -np.inf), 1).astype(dtype.np)
+    if device is None:
+        return creation.tensor(upper, dtype=dtype)
+    return creation.tensor(upper, dtype=dtype, device=device)
 
 
-class MultiheadAttention(Module):
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
-                 bias: bool = True, add_bias_kv: bool = False, add_zero_attn: bool = False,
-                 kdim=None, vdim=None, batch_first: bool = False, device=None, dtype=None):
+def _get_activation_fn(activation: str):
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+
+
+def _relu_or_gelu(activation) -> int:
+    """torch's activation_relu_or_gelu flag: 1 relu, 2 gelu, 0 anything else."""
+    if activation is F.relu or isinstance(activation, ReLU):
+        return 1
+    if activation is F.gelu or isinstance(activation, GELU):
+        return 2
+    return 0
+
+
+def _get_clones(module, n: int) -> ModuleList:
+    return ModuleList([copy.deepcopy(module) for _ in range(n)])
+
+
+def _causal_hint(is_causal):
+    """torch compares the mask with a causal one when the hint is None; the hint only lets
+    attention skip the mask, so the values are the same either way: a data-dependent check
+    (impossible while tracing a graph) is not needed."""
+    return is_causal is True
+
+
+class Transformer(Module):
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation=F.relu, custom_encoder=None, custom_decoder=None,
+                 layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None):
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim and num_heads must be greater than 0, got embed_dim="
-                             f"{embed_dim} and num_heads={num_heads} instead")
-        if embed_dim % num_heads:
-            raise AssertionError("embed_dim must be divisible by num_heads")
-        if add_bias_kv or add_zero_attn or (kdim not in (None, embed_dim)) or (
-                vdim not in (None, embed_dim)):
-            raise NotImplementedError(
-                "MultiheadAttention: add_bias_kv, add_zero_attn and kdim/vdim != embed_dim "
-                "are not supported yet")
-        self.embed_dim = embed_dim
-        self.kdim = self.vdim = embed_dim
-        self.num_heads = num_heads
-        self.dropout = dropout
-        self.batch_first = batch_first
-        self.head_dim = embed_dim // num_heads
-        self.in_proj_weight = Parameter(creation.empty(3 * embed_dim, embed_dim, dtype=dtype))
-        if bias:
-            self.in_proj_bias = Parameter(creation.empty(3 * embed_dim, dtype=dtype))
+        kw = {"device": device, "dtype": dtype}
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
         else:
-            self.register_parameter("in_proj_bias", None)
-        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias,
-                                                        dtype=dtype)
+            encoder_layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout,
+                                                    activation, layer_norm_eps, batch_first,
+                                                    norm_first, bias, **kw)
+            encoder_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+            self.encoder = TransformerEncoder(encoder_layer, num_encoder_layers, encoder_norm)
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            decoder_layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout,
+                                                    activation, layer_norm_eps, batch_first,
+                                                    norm_first, bias, **kw)
+            decoder_norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+            self.decoder = TransformerDecoder(decoder_layer, num_decoder_layers, decoder_norm)
         self._reset_parameters()
+        self.d_model = d_model
+        self.nhead = nhead
+        self.batch_first = batch_first
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal: bool = False):
+        is_batched = src.dim() == 3
+        if not self.batch_first and src.shape[1] != tgt.shape[1] and is_batched:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if self.batch_first and src.shape[0] != tgt.shape[0] and is_batched:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+        """A float mask for the sequence: -inf where a position may not attend (the future),
+        0.0 elsewhere."""
+        return _generate_square_subsequent_mask(sz, device=device, dtype=dtype)
 
     def _reset_parameters(self):
-        init.xavier_uniform_(self.in_proj_weight)
-        if self.in_proj_bias is not None:
-            init.constant_(self.in_proj_bias, 0.0)
-            init.constant_(self.out_proj.bias, 0.0)
-
-    def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
-                attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
-        batched = query.dim() == 3
-        # Batch-major inside: (N, L, E).  Every reshape below then splits or merges axes
-        # after the batch axis, so a batch split over ranks (a global S on N) survives the
-        # whole block without boxing.
-        if not batched:
-            query, key, value = (t.unsqueeze(0) for t in (query, key, value))
-            if key_padding_mask is not None:
-                key_padding_mask = key_padding_mask.unsqueeze(0)
-        elif not self.batch_first:
-            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-        bsz, tgt_len, e = query.shape
-        src_len = key.shape[1]
-        h, d = self.num_heads, self.head_dim
-        w = self.in_proj_weight
-        b = self.in_proj_bias
-        wq, wk, wv = w.chunk(3)
-        bq, bk, bv = b.chunk(3) if b is not None else (None, None, None)
-        # (N, L, E) -> (N, L, h, d) -> (N, h, L, d)
-        q = F.linear(query, wq, bq).reshape(bsz, tgt_len, h, d).transpose(1, 2)
-        k = F.linear(key, wk, bk).reshape(bsz, src_len, h, d).transpose(1, 2)
-        v = F.linear(value, wv, bv).reshape(bsz, src_len, h, d).transpose(1, 2)
-
-        mask = _merge_masks(attn_mask, key_padding_mask, bsz, h, tgt_len, src_len, q.dtype,
-                            is_causal)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-        if mask is not None:
-            scores = scores + mask
-        attn = F.softmax(scores, dim=-1)
-        if self.dropout > 0.0 and self.training:
-            attn = F.dropout(attn, self.dropout)
-        out = attn @ v  # (N, h, L, d)
-        out = self.out_proj(out.transpose(1, 2).reshape(bsz, tgt_len, e))
-        if not batched:
-            out = out.squeeze(0)
-        elif not self.batch_first:
-            out = out.transpose(0, 1)
-        weights = None
-        if need_weights:
-            weights = attn.mean(dim=1) if average_attn_weights else attn
-            if not batched:
-                weights = weights.squeeze(0)
-        return out, weights
+        for p in self.parameters():
+            if p.dim() > 1:
+                init.xavier_uniform_(p)
 
 
-def _merge_masks(attn_mask, key_padding_mask, bsz, h, tgt_len, src_len, dtype, is_causal):
-    """One additive float mask of shape broadcastable to (N, h, L, S)."""
-    if attn_mask is None and is_causal:
-        attn_mask = creation.ones(tgt_len, src_len, dtype=_bool()).triu(1)
-    mask = None
-    if attn_mask is not None:
-        m = _to_additive(attn_mask, dtype)
-        if m.dim() == 3:  # (N*h, L, S)
-            m = m.reshape(bsz, h, tgt_len, src_len)
-        mask = m
-    if key_padding_mask is not None:
-        kp = _to_additive(key_padding_mask, dtype).reshape(bsz, 1, 1, src_len)
-        mask = kp if mask is None else mask + kp
-    return mask
+class TransformerEncoder(Module):
+    __constants__ = ["norm"]
+
+    def __init__(self, encoder_layer, num_layers: int, norm=None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True):
+        super().__init__()
+        self.layers = _get_clones(encoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+        self.enable_nested_tensor = enable_nested_tensor
+        self.use_nested_tensor = enable_nested_tensor
+        self.mask_check = mask_check
+        why_not = _why_not_sparsity_fast_path(encoder_layer)
+        if enable_nested_tensor and why_not:
+            warnings.warn(f"enable_nested_tensor is True, but self.use_nested_tensor is False "
+                          f"because {why_not}", stacklevel=2)
+            self.use_nested_tensor = False
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask",
+                                              _none_or_dtype(mask), "mask", src.dtype)
+        mask = canonical_mask(mask, "mask", None, "", src.dtype, check_other=False)
+        is_causal = _causal_hint(is_causal)
+        output = src
+        for mod in self.layers:
+            output = mod(output, src_mask=mask, is_causal=is_causal,
+                         src_key_padding_mask=src_key_padding_mask)
+        if self.norm is not None:
+            output = self.norm(output)
+        return output
 
 
-def _to_additive(m, dtype):
-    if m.dtype is _bool():
-        # made where the mask lives (a global mask gets a broadcast one on its placement)
-        return creation.zeros(*m.shape, dtype=dtype, device=m._where()).masked_fill(
-            m, float("-inf"))
-    return m.to(dtype)
+def _why_not_sparsity_fast_path(layer) -> str:
+    """torch's reasons, in its order, why a stack of these layers cannot use nested tensors
+    (it warns with the first one when enable_nested_tensor is left True)."""
+    name = "encoder_layer"
+    if not isinstance(layer, TransformerEncoderLayer):
+        return f"{name} was not TransformerEncoderLayer"
+    if layer.norm_first:
+        return f"{name}.norm_first was True"
+    if not layer.self_attn.batch_first:
+        return (f"{name}.self_attn.batch_first was not True"
+                "(use batch_first for better inference performance)")
+    if not layer.self_attn._qkv_same_embed_dim:
+        return f"{name}.self_attn._qkv_same_embed_dim was not True"
+    if layer.self_attn.in_proj_bias is None:
+        return f"{name}.self_attn was passed bias=False"
+    if not layer.activation_relu_or_gelu:
+        return f"{name}.activation_relu_or_gelu was not True"
+    if layer.norm1.eps != layer.norm2.eps:
+        return f"{name}.norm1.eps was not equal to {name}.norm2.eps"
+    if layer.self_attn.num_heads % 2 == 1:
+        return f"{name}.self_attn.num_heads is odd"
+    return ""
 
 
-def _bool():
-    from ..._core.dtype import bool_
+class TransformerDecoder(Module):
+    __constants__ = ["norm"]
 
-    return bool_
+    def __init__(self, decoder_layer, num_layers: int, norm=None):
+        super().__init__()
+        self.layers = _get_clones(decoder_layer, num_layers)
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None,
+                memory_is_causal: bool = False):
+        output = tgt
+        tgt_is_causal = _causal_hint(tgt_is_causal)
+        for mod in self.layers:
+            output = mod(output, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                         tgt_key_padding_mask=tgt_key_padding_mask,
+                         memory_key_padding_mask=memory_key_padding_mask,
+                         tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+        if self.norm is not None:
+            output = self.norm(output)
+        return output
 
 
 class TransformerEncoderLayer(Module):
+    __constants__ = ["norm_first"]
+
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
-                 dropout: float = 0.1, activation="relu", layer_norm_eps: float = 1e-5,
+                 dropout: float = 0.1, activation=F.relu, layer_norm_eps: float = 1e-5,
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True,
                  device=None, dtype=None):
         super().__init__()
@@ -153,13 +222,14 @@ class TransformerEncoderLayer(Module):
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         if isinstance(activation, str):
-            if activation not in ("relu", "gelu"):
-                raise RuntimeError(f"activation should be relu/gelu, not {activation}")
-            self.activation = ReLU() if activation == "relu" else GELU()
-        else:
-            self.activation = activation
+            activation = _get_activation_fn(activation)
+        self.activation_relu_or_gelu = _relu_or_gelu(activation)
+        self.activation = activation
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
+        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask",
+                                              _none_or_dtype(src_mask), "src_mask", src.dtype)
+        src_mask = canonical_mask(src_mask, "src_mask", None, "", src.dtype, check_other=False)
         x = src
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
@@ -169,7 +239,7 @@ class TransformerEncoderLayer(Module):
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
         x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
                            need_weights=False, is_causal=is_causal)[0]
         return self.dropout1(x)
@@ -178,20 +248,62 @@ class TransformerEncoderLayer(Module):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
 
-class TransformerEncoder(Module):
-    def __init__(self, encoder_layer, num_layers: int, norm=None, enable_nested_tensor=True):
+class TransformerDecoderLayer(Module):
+    __constants__ = ["norm_first"]
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation=F.relu, layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device=None, dtype=None):
         super().__init__()
-        import copy
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
+                                            batch_first=batch_first, bias=bias, dtype=dtype)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout,
+                                                 batch_first=batch_first, bias=bias,
+                                                 dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        if isinstance(activation, str):
+            self.activation = _get_activation_fn(activation)
+        else:
+            self.activation = activation
 
-        from .container import ModuleList
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool = False,
+                memory_is_causal: bool = False):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask,
+                                   tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask,
+                                    memory_key_padding_mask, memory_is_causal)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask,
+                                              tgt_is_causal))
+            x = self.norm2(x + self._mha_block(x, memory, memory_mask,
+                                               memory_key_padding_mask, memory_is_causal))
+            x = self.norm3(x + self._ff_block(x))
+        return x
 
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
-        self.num_layers = num_layers
-        self.norm = norm
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           is_causal=is_causal, need_weights=False)[0]
+        return self.dropout1(x)
 
-    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
-        out = src
-        for layer in self.layers:
-            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
-                        is_causal=bool(is_causal))
-        return self.norm(out) if self.norm is not None else out
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
+        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask,
+                                key_padding_mask=key_padding_mask, is_causal=is_causal,
+                                need_weights=False)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
