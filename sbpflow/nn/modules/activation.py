@@ -456,12 +456,13 @@ class MultiheadAttention(Module):
         scores = (q * math.sqrt(1.0 / d)) @ k.transpose(-2, -1)  # (N, h, L, S)
         dead = None
         if mask is not None:
-            scores = scores + mask
             if not need_weights:
                 # torch's fused path (scaled_dot_product_attention) gives rows whose every
                 # key is masked zero weights; the explicit path (need_weights) gives NaN.
+                # Found on the (small) mask: the scores themselves are finite.
                 dead = (mask == float("-inf")).all(dim=-1, keepdim=True)
-                scores = scores.masked_fill(dead, 0.0)
+                mask = mask.masked_fill(dead, 0.0)
+            scores = scores + mask
         attn = F.softmax(scores, dim=-1)
         if dead is not None:
             attn = attn.masked_fill(dead, 0.0)
