@@ -478,3 +478,112 @@ register(OpDef(
     samples=_bernoulli_samples,
     random=True,
 ))
+
+
+# -- multinomial ----------------------------------------------------------------------------
+def _multinomial_meta(p, num_samples, replacement):
+    if p.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not p.dtype.is_floating_point:
+        raise RuntimeError("multinomial only supports floating-point dtypes for input, got: "
+                           f"{_TORCH_NAMES.get(p.dtype.name, p.dtype.name)}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if not replacement and num_samples > p.shape[-1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without "
+                           "replacement")
+    return TensorMeta(p.shape[:-1] + (num_samples,), dt.int64)
+
+
+def _check_distribution(ctx, p):
+    """torch's value checks (the values are needed, so they run in the kernel)."""
+    prims = ctx.prims
+    axes = tuple(range(len(p.shape)))
+    lo = float(prims.to_host(prims.reduce("min", p, axes)))
+    hi = float(prims.to_host(prims.reduce("max", p, axes)))
+    if not (lo >= 0 and math.isfinite(hi)):  # nan fails both comparisons
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    totals = prims.reduce("sum", p, (len(p.shape) - 1,))
+    if not float(prims.to_host(prims.reduce("min", totals, tuple(range(len(totals.shape)))))
+                 ) > 0:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+
+
+def _substream_seed(seed: int, offset: int) -> int:
+    """A seed of its own for draws larger than the op's reservation on the generator (which
+    is sized by the output): keyed on (seed, offset), so calls never share words."""
+    return (seed * 0x9E3779B97F4A7C15 + offset * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) % (
+        2**64)
+
+
+def _multinomial_kernel(ctx, p, num_samples, replacement):
+    prims = ctx.prims
+    if 0 in p.shape[:-1]:
+        return prims.full(ctx.out_metas[0].shape, dt.int64, 0)
+    _check_distribution(ctx, p)
+    p = p if p.dtype == np.float64 else prims.cast(p, dt.float64)
+    k = p.shape[-1]
+    last = len(p.shape) - 1
+    rows = ctx.logical_out[0].shape[:-1]  # logical rows (a split input holds some of them)
+    if replacement:
+        # Inverse CDF: sample j is the number of cumulative sums <= u_j * total.  Draws have
+        # the output's shape, so a piece of the output draws its own words.
+        u = prims.random("uniform", dt.float64, ctx.seed, ctx.offset, ctx.logical_out[0].shape,
+                         ctx.piece(0))
+        cdf = prims.scan("cumsum", p, last)
+        total = prims.slice(cdf, (Ellipsis, slice(k - 1, k)))
+        target = prims.binary("mul", u, total)  # (*rows, s)
+        below = prims.binary("le", prims.reshape(cdf, p.shape[:-1] + (1, k)),
+                             prims.reshape(target, target.shape + (1,)))
+        idx = prims.reduce("sum", prims.cast(below, dt.int64), (len(below.shape) - 1,))
+        # u * total can round up to total: never past the last category of positive mass.
+        positive = prims.binary("gt", p, prims.full((), dt.float64, 0.0))
+        from_end = prims.reduce("argmax", prims.flip(positive, (last,)), (last,), True)
+        last_pos = prims.binary("sub", prims.full((), dt.int64, k - 1), from_end)
+        return prims.binary("minimum", idx, last_pos)
+    # Without replacement: the num_samples largest keys p_i / E_i with E_i ~ Exp(1) (the
+    # exponential race: a weighted draw without replacement; zero mass never wins over a
+    # positive one).  Keys cover every category of a row, more words than the output
+    # reserves: they come from a substream, indexed by the logical row.
+    piece = ctx.piece(0)
+    keys_shape = rows + (k,)
+    keys_piece = tuple(piece[:-1]) + (slice(0, k),)
+    u = prims.random("uniform", dt.float64, _substream_seed(ctx.seed, ctx.offset), 0,
+                     keys_shape, keys_piece)
+    e = prims.unary("neg", prims.unary("log1p", prims.unary("neg", u)))
+    keys = prims.binary("div", p, e)
+    _, order = prims.sort(keys, last, descending=True)
+    return prims.contiguous(prims.slice(order, (Ellipsis, slice(0, num_samples))))
+
+
+def _multinomial_sbp(p, num_samples, replacement):
+    sigs = [Signature((B,), (B,))]
+    if p.ndim == 2 and p.shape[0] > 1:  # (S0)->S0: rows are independent distributions
+        sigs.append(Signature((Split(0),), (Split(0),)))
+    if replacement and num_samples > 1:  # (B)->S(-1): each sample draws its own word
+        sigs.append(Signature((B,), (Split(p.ndim - 1),)))
+    return sigs
+
+
+def _multinomial_samples(rng):
+    return [
+        Sample(rng.uniform(0, 1, (3, 5)), num_samples=3),
+        Sample(rng.uniform(0, 1, (6,)).astype(np.float32), num_samples=6),
+        Sample(rng.uniform(0, 1, (4, 3)), num_samples=7, replacement=True),
+        Sample(np.array([0.0, 2.0, 0.0, 1.0, 0.0]), num_samples=4, replacement=True),
+        Sample(np.array([[0.0, 1.0, 3.0], [2.0, 0.0, 0.0]]), num_samples=1),
+    ]
+
+
+register(OpDef(
+    "multinomial",
+    inputs=("input",),
+    attrs={"num_samples": Attr("int"), "replacement": Attr("bool", False)},
+    infer_meta=_multinomial_meta,
+    kernel=_multinomial_kernel,
+    sbp=_multinomial_sbp,
+    reference=lambda torch, p, num_samples, replacement=False: torch.multinomial(
+        p, num_samples, replacement),
+    samples=_multinomial_samples,
+    random=True,
+))

@@ -394,6 +394,16 @@ def bernoulli(input, p=None, *, generator=None) -> Tensor:
     return out
 
 
+def multinomial(input, num_samples, replacement=False, *, generator=None, out=None) -> Tensor:
+    """Category indices drawn from the rows of `input` (non-negative weights, 1-D or 2-D),
+    with or without replacement; int64 of shape (*rows, num_samples)."""
+    if out is not None:
+        raise NotImplementedError("multinomial(): out= is not supported")
+    return interpreter.apply(registry.get("multinomial"), (input.detach(),),
+                             {"num_samples": num_samples, "replacement": replacement},
+                             generator=generator)
+
+
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, generator=None,
               memory_format=None):
     return rand(tuple(input.shape), dtype=input.dtype if dtype is None else dtype,
@@ -501,11 +511,12 @@ METHODS = {
     "random_": _sample_inplace("random_", _random_draw),
     "bernoulli_": _sample_inplace("bernoulli_", _bernoulli_draw),
     "bernoulli": bernoulli,
+    "multinomial": multinomial,
 }
 
 __all__ = [
     "arange", "as_tensor", "bernoulli", "empty", "empty_like", "eye", "from_numpy", "full",
-    "full_like", "get_rng_state", "linspace", "logspace", "normal", "ones", "ones_like", "rand",
-    "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "scalar_tensor",
-    "set_rng_state", "tensor", "zeros", "zeros_like",
+    "full_like", "get_rng_state", "linspace", "logspace", "multinomial", "normal", "ones",
+    "ones_like", "rand", "rand_like", "randint", "randint_like", "randn", "randn_like",
+    "randperm", "scalar_tensor", "set_rng_state", "tensor", "zeros", "zeros_like",
 ]
