@@ -3,7 +3,9 @@ inputs -> same outputs, hidden states and gradients of inputs and every paramete
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import torch.nn.utils.rnn as trnn
 
 import sbpflow as flow
 import sbpflow.nn.utils.rnn as frnn
+from tests.mpijob import mpiexec_cmd, run_job
 
 RTOL, ATOL = 1e-9, 1e-10
 
@@ -419,3 +422,32 @@ def test_packed_sequence_type():
     assert fp.double().data.dtype == flow.float64 and not fp.is_cuda
     q = frnn.PackedSequence(data, batch_sizes, flow.tensor([1, 0]))
     assert q.unsorted_indices.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_double_backward(name):
+    """The cell ops' grads are written with ops: a gradient penalty matches torch's."""
+    ours, theirs = _pair(name, 3, 4)
+    fx, tx = _leaf(np.random.default_rng(12).standard_normal((3, 2, 3)))
+    (fg,) = flow.autograd.grad(ours(fx)[0].pow(2).sum(), [fx], create_graph=True)
+    (tg,) = torch.autograd.grad(theirs(tx)[0].pow(2).sum(), [tx], create_graph=True)
+    _close(fg, tg, "first gradient")
+    fg.pow(2).sum().backward()
+    tg.pow(2).sum().backward()
+    _close(fx.grad, tx.grad, "second-order gradient of the input", 1e-8, 1e-9)
+    for (n, p), (_, tp) in zip(ours.named_parameters(), theirs.named_parameters()):
+        _close(p.grad, tp.grad, f"second-order gradient of {n}", 1e-8, 1e-9)
+
+
+# -- global tensors ------------------------------------------------------------------------
+def test_global_tensors_on_two_ranks_equal_single_device():
+    """LSTM/GRU/RNN with broadcast parameters and an S(0) batch on 2 ranks: outputs, states
+    and all gradients equal the single-device run (the oracle runs inside the job)."""
+    check = str(Path(__file__).resolve().parent / "rnn_global_check.py")
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", check), timeout=120)
+    assert job.returncode == 0, job.output
+    assert job.strays == 0, job.output
+    passed = re.findall(r"rank (\d+): rnn global check passed \((\d+) configurations\)",
+                        job.stdout)
+    assert sorted(int(r) for r, _ in passed) == [0, 1], job.output
+    assert {int(c) for _, c in passed} == {5}, job.output
