@@ -579,3 +579,19 @@ def test_global_batch_split_equals_local(make, batch_first):
     out = run(g, lambda a, ax: flow.tensor(a, placement=one, sbp=flow.sbp.split(ax)))
     assert out.is_global
     np.testing.assert_allclose(out.detach().numpy(), local, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("n", [2])
+def test_global_modules_on_ranks_equal_local(n):
+    """transformer_global_check.py under mpiexec: batch split over ranks (uneven pieces),
+    outputs and all gradients equal the local module's."""
+    import re
+    from pathlib import Path
+
+    from tests.mpijob import mpiexec_cmd, run_job
+
+    check = str(Path(__file__).resolve().parent / "transformer_global_check.py")
+    job = run_job(mpiexec_cmd(n, "-m", "mpi4py", check), timeout=120)
+    assert job.returncode == 0 and job.strays == 0, job.output
+    passed = re.findall(r"rank (\d+): transformer global check passed \(4 cases\)", job.stdout)
+    assert sorted(int(r) for r in passed) == list(range(n)), job.output
