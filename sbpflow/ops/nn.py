@@ -1644,3 +1644,214 @@ register(OpDef(
     doc="torch's CTC gradient w.r.t. log_probs (alpha and beta recomputed); no double "
         "backward, as in torch.",
 ))
+
+
+# =========================================================================================
+# embedding_bag
+# =========================================================================================
+# Bags are runs of `indices` starting at `offsets`; each bag's looked-up rows are summed,
+# averaged or maxed.  Outputs follow ATen's _embedding_bag: (out, offset2bag, bag_size,
+# max_indices).  Here offset2bag is -1 at positions no bag uses (padding_idx, or past the
+# last offset with include_last_offset), bag_size counts the rows each bag used, and
+# max_indices (mode max only; else empty) holds the weight row that gave each maximum.
+# With include_last_offset the last offset is dropped: torch's last bag runs to the end.
+_BAG_MODES = ("sum", "mean", "max")
+
+
+def _embedding_bag_meta(weight, indices, offsets, per_sample_weights, mode="mean",
+                        padding_idx=None, include_last_offset=False,
+                        scale_grad_by_freq=False):
+    name = "embedding_bag"
+    if weight.ndim != 2:
+        raise op_error(name, f"'weight' must be 2-D, got {list(weight.shape)}")
+    require_float(name, "weight", weight)
+    _check_indices(name, "indices", indices)
+    _check_indices(name, "offsets", offsets)
+    if indices.ndim != 1 or offsets.ndim != 1:
+        raise op_error(name, f"expected 1-D indices and offsets, got {list(indices.shape)} and "
+                       f"{list(offsets.shape)}")
+    if per_sample_weights.shape != indices.shape or per_sample_weights.dtype is not \
+            weight.dtype:
+        raise op_error(name, f"expected per_sample_weights of shape {list(indices.shape)} and "
+                       f"dtype {weight.dtype.name}, got {list(per_sample_weights.shape)} "
+                       f"{per_sample_weights.dtype.name}")
+    if mode not in _BAG_MODES:
+        raise op_error(name, f"mode has to be one of sum, mean or max, got {mode!r}",
+                       ValueError)
+    if padding_idx is not None and not 0 <= padding_idx < weight.shape[0]:
+        raise op_error(name, f"padding_idx must be within [0, {weight.shape[0]}), got "
+                       f"{padding_idx}", ValueError)
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    if bags < 0:
+        raise op_error(name, "include_last_offset needs at least one offset")
+    dim = weight.shape[1]
+    max_shape = (bags, dim) if mode == "max" else (0,)
+    return (TensorMeta((bags, dim), weight.dtype), TensorMeta(indices.shape, dt.int64),
+            TensorMeta((bags,), dt.int64), TensorMeta(max_shape, dt.int64))
+
+
+def _embedding_bag_kernel(ctx, weight, indices, offsets, psw, mode="mean", padding_idx=None,
+                          include_last_offset=False, scale_grad_by_freq=False):
+    p = ctx.prims
+    wm, im, om, _ = ctx.in_metas
+    num, dim = wm.shape
+    length = im.shape[0]
+    bags = ctx.out_metas[0].shape[0]
+    k, (weight, psw) = _in_compute(ctx, (weight, psw), (wm, ctx.in_metas[3]))
+    idx = cast_array(ctx, indices, im.dtype, dt.int64)
+    bad = _out_of_range(ctx, idx, num)
+    if bad is not None:
+        raise IndexError(f"embedding_bag(): index out of range in self (index {bad}, table of "
+                         f"{num} rows)")
+    off = cast_array(ctx, offsets, om.dtype, dt.int64)
+    if om.shape[0]:
+        first = int(p.to_host(p.slice(off, (0,))))
+        if first != 0:
+            raise RuntimeError("embedding_bag: offsets[0] has to be 0, i.e., the first sequence "
+                               f"in the mini-batch has to start from position 0. However, got "
+                               f"{first}")
+    # bag of each position: how many offsets (after the first) are <= it.
+    marks = p.full((length + 1,), dt.int64, 0)
+    if bags > 1:
+        later = p.binary("minimum", p.binary("maximum", p.slice(off, (slice(1, bags),)),
+                                             p.full((), dt.int64, 0)),
+                         p.full((), dt.int64, length))
+        p.scatter(marks, 0, p.contiguous(later), p.full((bags - 1,), dt.int64, 1), "add")
+    bag = p.slice(p.scan("cumsum", marks, 0), (slice(0, length),))
+    keep = p.binary("lt", bag, p.full((), dt.int64, bags))
+    if padding_idx is not None:
+        keep = p.binary("logical_and", keep, p.binary("ne", idx, p.full((), dt.int64,
+                                                                          padding_idx)))
+    zero = p.full((), dt.int64, 0)
+    offset2bag = p.where(keep, bag, p.full((), dt.int64, -1))
+    bag_c = p.contiguous(p.where(keep, bag, zero))
+    size = p.index_put(p.full((bags,), dt.int64, 0), (bag_c,), p.cast(keep, dt.int64),
+                       accumulate=True)
+    rows = p.index(weight, (idx,))  # (L, D)
+    keep_col = p.reshape(keep, (length, 1))
+    if mode == "max":
+        masked = k.where(keep_col, rows, -np.inf)
+        index = p.contiguous(p.broadcast_to(p.reshape(bag_c, (length, 1)), (length, dim)))
+        best = p.scatter(p.full((bags, dim), k.dtype, -np.inf), 0, index, masked, "amax")
+        # the first position holding each bag's maximum (torch's strict > scan)
+        hit = p.binary("logical_and", p.binary("eq", masked, p.index(best, (bag_c,))),
+                       keep_col)
+        pos = p.where(hit, p.from_host(np.arange(length).reshape(length, 1), dt.int64),
+                      p.full((), dt.int64, length))
+        first = p.scatter(p.full((bags, dim), dt.int64, length), 0, index, pos, "amin")
+        used = p.reshape(p.binary("gt", size, zero), (bags, 1))
+        idx_pad = p.pad(idx, ((0, 1),), "constant", 0)
+        max_indices = p.where(used, p.index(idx_pad, (first,)), zero)
+        out = k.where(used, best, 0.0)
+        return _finish(ctx, out), offset2bag, size, p.contiguous(max_indices)
+    scale = k.mul(psw, p.cast(keep, k.dtype))
+    rows = k.mul(rows, p.reshape(scale, (length, 1)))
+    out = p.index_put(p.full((bags, dim), k.dtype, 0), (bag_c,), rows, accumulate=True)
+    if mode == "mean":
+        count = p.cast(p.binary("maximum", size, p.full((), dt.int64, 1)), k.dtype)
+        out = k.div(out, p.reshape(count, (bags, 1)))
+    return _finish(ctx, out), offset2bag, size, p.full((0,), dt.int64, 0)
+
+
+def _embedding_bag_grad(ctx, g, _g_o2b=None, _g_size=None, _g_max=None):
+    a = ctx.attrs
+    weight, indices, psw = ctx.input(0), ctx.input(1), ctx.input(3)
+    offset2bag, size, max_indices = ctx.output(1), ctx.output(2), ctx.output(3)
+    num = ctx.in_metas[0].shape[0]
+    gw = gpsw = None
+    if a["mode"] == "max":
+        if ctx.needs_input_grad[0]:
+            # each maximum's gradient goes to the row that gave it; empty bags give nothing
+            empty = op("reshape", size == 0, shape=(size.shape[0], 1))
+            zeros = op("full", shape=tuple(weight.shape), fill_value=0.0, dtype=g.dtype,
+                       _device=g._where())
+            gw = op("scatter_add", zeros, max_indices,
+                    op("masked_fill", g, empty, value=0.0), dim=0)
+        return gw, None, None, None
+    dropped = offset2bag < 0
+    rows = op("embedding", op("clamp", offset2bag, min=0), g)  # (L, D): each row's bag grad
+    if ctx.needs_input_grad[0]:
+        scale = op("masked_fill", psw, dropped, value=0.0)
+        if a["mode"] == "mean":
+            sizes = op("reshape", size.clamp(min=1).to(psw.dtype), shape=(size.shape[0], 1))
+            count = op("embedding", op("clamp", offset2bag, min=0), sizes)  # (L, 1)
+            scale = scale / op("reshape", count, shape=(count.shape[0],))
+        gw = op("embedding_grad", rows * op("reshape", scale, shape=(scale.shape[0], 1)),
+                indices, num_weights=num, padding_idx=a["padding_idx"],
+                scale_grad_by_freq=a["scale_grad_by_freq"])
+    if ctx.needs_input_grad[3] and a["mode"] == "sum":
+        looked = op("embedding", indices, weight)
+        gpsw = op("masked_fill", (rows * looked).sum(dim=1), dropped, value=0.0)
+    return gw, None, None, gpsw
+
+
+def _embedding_bag_sbp(weight, indices, offsets, psw, mode="mean", **attrs):
+    sigs = [Signature((B,) * 4, (B,) * 4)]
+    if weight.shape[1] > 1:  # (S1,B,B,B)->S1: each column is pooled on its own
+        last = Split(1) if mode == "max" else B
+        sigs.append(Signature((Split(1), B, B, B), (Split(1), B, B, last)))
+    return sigs
+
+
+def _embedding_bag_reference(torch, weight, indices, offsets, psw, mode="mean",
+                             padding_idx=None, include_last_offset=False,
+                             scale_grad_by_freq=False):
+    f = torch.nn.functional
+    out = f.embedding_bag(indices, weight, offsets, mode=mode,
+                          per_sample_weights=psw if mode == "sum" else None,
+                          include_last_offset=include_last_offset, padding_idx=padding_idx,
+                          scale_grad_by_freq=scale_grad_by_freq)
+    length, bags = indices.shape[0], out.shape[0]
+    bag = torch.bucketize(torch.arange(length), offsets[1:bags], right=True)
+    keep = bag < bags
+    if padding_idx is not None:
+        keep &= indices != padding_idx
+    offset2bag = torch.where(keep, bag, -1)
+    size = torch.zeros(bags, dtype=torch.int64).index_add_(0, bag[keep], torch.ones_like(
+        bag[keep]))
+    if mode == "max":
+        modes = {"sum": 0, "mean": 1, "max": 2}
+        max_indices = torch.ops.aten._embedding_bag(
+            weight, indices, offsets, False, modes[mode], False, None, include_last_offset,
+            -1 if padding_idx is None else padding_idx)[3]
+    else:
+        max_indices = torch.zeros(0, dtype=torch.int64)
+    return out, offset2bag, size, max_indices
+
+
+def _embedding_bag_samples(rng):
+    idx = np.array([1, 2, 4, 5, 4, 3, 2, 0])
+    off = np.array([0, 2, 2, 5])
+    ones = np.ones(8)
+    w = _rand(rng, 6, 3)
+    return [
+        Sample(w, idx, off, rng.standard_normal(8), mode="sum"),
+        Sample(w, idx, off, ones, mode="mean"),
+        Sample(w, idx, off, ones, mode="max"),
+        Sample(w, idx, off, ones, mode="mean", padding_idx=2),
+        Sample(w, idx, off, rng.standard_normal(8), mode="sum", padding_idx=4),
+        Sample(w, idx, np.array([0, 3, 6, 8]), ones, mode="max", padding_idx=2,
+               include_last_offset=True),
+        Sample(w, idx, np.array([0, 3, 6]), ones, mode="sum", include_last_offset=True),
+        Sample(_rand(rng, 5, 4, dtype=np.float32), np.array([0, 4, 4, 1], np.int32),
+               np.array([0, 1], np.int32), np.ones(4, np.float32), mode="mean", grad=False),
+    ]
+
+
+register(OpDef(
+    "embedding_bag",
+    inputs=("weight", "indices", "offsets", "per_sample_weights"),
+    outputs=("out", "offset2bag", "bag_size", "max_indices"),
+    attrs={"mode": Attr("str", "mean"), "padding_idx": Attr("int", None),
+           "include_last_offset": Attr("bool", False),
+           "scale_grad_by_freq": Attr("bool", False)},
+    infer_meta=_embedding_bag_meta,
+    kernel=_embedding_bag_kernel,
+    grad=_embedding_bag_grad,
+    saves=("weight", "indices", "per_sample_weights", "offset2bag", "bag_size",
+           "max_indices"),
+    sbp=_embedding_bag_sbp,
+    reference=_embedding_bag_reference,
+    samples=_embedding_bag_samples,
+    doc="Sums, means or maxima of bags of embedding rows (bags given by offsets).",
+))

@@ -574,12 +574,75 @@ def _embedding_renorm(weight: Tensor, indices: Tensor, max_norm: float, norm_typ
         used = call("embedding_grad", ones, flat, num_weights=weight.shape[0]) > 0
         if norm_type == 2:
             norms = (weight * weight).sum(dim=1, keepdim=True).sqrt()
+        elif norm_type == math.inf:
+            norms = weight.abs().amax(dim=1, keepdim=True)
         else:
             norms = (weight.abs() ** norm_type).sum(dim=1, keepdim=True) ** (1.0 / norm_type)
         scale = max_norm / (norms + 1e-7)
         one = creation.ones((), dtype=weight.dtype)
         scale = call("where", used, call("where", norms > max_norm, scale, one), one)
         interpreter.assign(weight, weight * scale, "embedding_renorm_")
+
+
+def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
+                  max_norm: float | None = None, norm_type: float = 2,
+                  scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                  per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
+                  padding_idx: int | None = None) -> Tensor:
+    """Sums, means or maxima over bags of embedding rows: one `embedding_bag` op."""
+    if sparse:
+        raise NotImplementedError("embedding_bag(): sparse gradients are not supported")
+    if weight.ndim != 2:
+        raise ValueError(f"weight has to be a 2D Tensor, but got Tensor of dimension "
+                         f"{weight.ndim}")
+    if input.dtype not in (dt.int64, dt.int32):
+        raise TypeError(f"embedding_bag(): expected input of type Long or Int, got "
+                        f"{input.dtype.name}")
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None and tuple(input.shape) != tuple(
+            per_sample_weights.shape):
+        raise ValueError(f"embedding_bag: If per_sample_weights ({per_sample_weights.shape}) "
+                         f"is not None, then it must have the same shape as the input "
+                         f"({input.shape})")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(
+            "embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+            f"supported for mode='sum' (got mode='{mode}'). Please open a feature request on "
+            "GitHub.")
+    if scale_grad_by_freq and mode == "max":
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
+    num = weight.shape[0]
+    if padding_idx is not None:
+        if padding_idx >= num or padding_idx < -num:
+            raise AssertionError("padding_idx must be within num_embeddings")
+        padding_idx %= num
+    where = weight._where()
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated "
+                             "is a mini-batch of fixed length sequences. However, found "
+                             f"offsets of type {type(offsets).__name__}")
+        bags, length = input.shape
+        offsets = creation.arange(0, bags * length, length, dtype=input.dtype, device=where)
+        input = input.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    elif input.ndim == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        if offsets.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension "
+                         f"{input.ndim}")
+    if max_norm is not None:
+        _embedding_renorm(weight, input, max_norm, norm_type)
+    if per_sample_weights is None:
+        per_sample_weights = creation.ones(tuple(input.shape), dtype=weight.dtype, device=where)
+    return call("embedding_bag", weight, input, offsets, per_sample_weights, mode=mode,
+                padding_idx=padding_idx, include_last_offset=bool(include_last_offset),
+                scale_grad_by_freq=bool(scale_grad_by_freq))[0]
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
@@ -1049,7 +1112,8 @@ __all__ = [
     "batch_norm", "bilinear", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu",
     "celu_", "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "ctc_loss",
     "dropout", "dropout1d", "alpha_dropout", "feature_alpha_dropout",
-    "dropout2d", "dropout3d", "elu", "elu_", "embedding", "gelu", "glu", "group_norm",
+    "dropout2d", "dropout3d", "elu", "elu_", "embedding", "embedding_bag", "gelu", "glu",
+    "group_norm",
     "hardshrink", "hardsigmoid", "hardswish", "hardtanh", "hardtanh_", "hinge_embedding_loss",
     "huber_loss", "instance_norm", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "leaky_relu_",
     "linear", "log_softmax", "logsigmoid", "margin_ranking_loss", "mish", "mse_loss",
