@@ -94,19 +94,25 @@ def _cubic_weights(t, a=_CUBIC_A):
 
 
 @functools.lru_cache(maxsize=512)
-def _plan(kind: str, in_size: int, out_size: int, scale, align_corners: bool, np_dtype):
-    """(idx (T, out) int64, weights (T, out) or None) for one axis; None for an identity."""
+def _plan(kind: str, in_size: int, out_size: int, scale, align_corners: bool, np_dtype,
+          shortcuts: bool = False):
+    """(idx (T, out) int64, weights (T, out) or None) for one axis; None for an identity.
+
+    `shortcuts`: torch's legacy nearest rule for equal and doubled sizes (whatever the
+    scale).  Trap: torch's 2-D nearest forward and every nearest backward apply it, its 1-D
+    and 3-D forwards do not, so with an explicit scale torch's 1-D/3-D gradient is not the
+    adjoint of its forward; these ops copy torch on both sides.
+    """
     ftype = np.dtype(np_dtype).type
     if kind in ("nearest", "nearest-exact"):
         s = _scale_value(scale, in_size, out_size, np.float32)  # always float, as torch
         dst = np.arange(out_size)
-        if kind == "nearest":
+        if kind == "nearest" and shortcuts and out_size in (in_size, 2 * in_size):
             if out_size == in_size:
                 return None
-            if out_size == 2 * in_size:
-                idx = dst >> 1
-            else:
-                idx = np.floor(dst.astype(np.float32) * s).astype(np.int64)
+            idx = dst >> 1
+        elif kind == "nearest":
+            idx = np.floor(dst.astype(np.float32) * s).astype(np.int64)
         else:  # (dst + 0.5) is a double in torch, rounded to float by floorf
             idx = np.floor(((dst + 0.5) * np.float64(s)).astype(np.float32)).astype(np.int64)
         idx = np.minimum(idx, in_size - 1)
@@ -132,9 +138,9 @@ def _plan(kind: str, in_size: int, out_size: int, scale, align_corners: bool, np
     return idx, w
 
 
-def _plans(kind, in_spatial, out_spatial, scales, align_corners, cdt):
+def _plans(kind, in_spatial, out_spatial, scales, align_corners, cdt, shortcuts):
     scales = scales if scales is not None else (None,) * len(in_spatial)
-    return [_plan(kind, i, o, s, bool(align_corners), cdt.np)
+    return [_plan(kind, i, o, s, bool(align_corners), cdt.np, shortcuts)
             for i, o, s in zip(in_spatial, out_spatial, scales, strict=True)]
 
 
@@ -263,7 +269,8 @@ def _upsample_kernel(name):
         want = ctx.out_metas[0].dtype
         kind = _kind_of(name, {"exact": exact})
         cdt = want if kind.startswith("nearest") else _compute_dtype(want)
-        plans = _plans(kind, xm.shape[2:], tuple(output_size), scales, align_corners, cdt)
+        plans = _plans(kind, xm.shape[2:], tuple(output_size), scales, align_corners, cdt,
+                       shortcuts=xm.ndim == 4)
         y = _to(ctx, x, xm.dtype, cdt)
         done = False
         for i, plan in enumerate(plans):
@@ -285,7 +292,12 @@ def _upsample_grad_kernel(name):
         want = ctx.out_metas[0].dtype
         cdt = _compute_dtype(want)
         kind = _kind_of(fwd, {"exact": exact})
-        plans = _plans(kind, tuple(input_size), gm.shape[2:], scales, align_corners, cdt)
+        plans = _plans(kind, tuple(input_size), gm.shape[2:], scales, align_corners, cdt,
+                       shortcuts=True)
+        if kind == "cubic" and tuple(input_size) == tuple(gm.shape[2:]):
+            # torch's bicubic backward copies when the sizes agree, whatever the scales
+            # (its forward still resamples): copy torch.
+            plans = [None] * len(plans)
         y = _to(ctx, g, gm.dtype, cdt)
         shape = tuple(gm.shape)
         done = False
@@ -315,7 +327,20 @@ def _upsample_grad_rule(name):
 
 def _upsample_grad_grad_rule(fwd):
     def grad(ctx, gg):
-        return (op(fwd, gg, output_size=ctx.in_metas[0].shape[2:], **_mode_attrs(ctx.attrs)),)
+        attrs = _mode_attrs(ctx.attrs)
+        out = ctx.in_metas[0].shape[2:]
+        size = ctx.attrs["input_size"]
+        scales = attrs.get("scales")
+        # The grad ops copy torch's backward shortcuts (nearest: equal and doubled sizes;
+        # bicubic: all sizes equal).  Their adjoint is the forward op without a scale on those
+        # axes, which maps the same pixels the shortcut does (torch's double backward uses
+        # its scaled forward there instead, which is not the adjoint).
+        if scales is not None and fwd == "upsample_nearest" and not attrs.get("exact"):
+            attrs["scales"] = tuple(None if o in (i, 2 * i) else s
+                                    for i, o, s in zip(size, out, scales, strict=True))
+        elif scales is not None and fwd == "upsample_bicubic2d" and tuple(size) == tuple(out):
+            attrs["scales"] = None
+        return (op(fwd, gg, output_size=out, **attrs),)
 
     return grad
 
@@ -400,7 +425,9 @@ def _bicubic_samples(rng):
 
 
 def _grad_samples(samples):
-    """Grad-op samples from the forward samples: cotangents of the output's shape."""
+    """Grad-op samples from the forward samples: cotangents of the output's shape.  (No
+    samples on torch's backward shortcuts: there torch's double backward is not the adjoint
+    of its backward, so no rule passes both the torch and the finite-difference checks.)"""
     def make(rng):
         out = []
         for s in samples(rng):

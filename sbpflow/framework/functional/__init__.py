@@ -29,6 +29,7 @@ _TOP_LEVEL_NN = {
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "adaptive_avg_pool1d",
     "layer_norm", "group_norm", "cosine_similarity", "pairwise_distance", "bilinear",
+    "pixel_shuffle", "pixel_unshuffle",
 }
 
 __all__: list[str] = []
