@@ -304,6 +304,58 @@ def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
     return _lp_pool(3, input, float(norm_type), kernel_size, stride, ceil_mode)
 
 
+def _unpool_output_size(name, input, kernel, stride, padding, output_size):
+    n = len(kernel)
+    spatial = tuple(input.shape)[-n:]
+    default = [(spatial[d] - 1) * stride[d] + kernel[d] - 2 * padding[d] for d in range(n)]
+    if output_size is None:
+        size = default
+    else:
+        size = [int(v) for v in output_size]
+        if len(size) == n + 2:
+            size = size[2:]
+        if len(size) != n:
+            raise ValueError(f"output_size should be a sequence containing {n} or {n + 2} "
+                             f"elements, but it has a length of '{len(size)}'")
+        for d in range(n):
+            lo, hi = default[d] - stride[d], default[d] + stride[d]
+            if not lo < size[d] < hi:
+                raise ValueError(f'invalid output_size "{size}" (dim {d} must be between {lo} '
+                                 f"and {hi})")
+    if any(v < 0 for v in size):
+        raise ValueError(f"{name}: output_size must contain non-negative spatial dimensions, "
+                         f"but got output_size={size}")
+    return tuple(size)
+
+
+def _max_unpool(n, input, indices, kernel_size, stride, padding, output_size):
+    """The values scattered back to the positions max pooling took them from: the same
+    scatter as max pooling's gradient (`max_pool_grad`), so its gradient is a gather.
+    Where windows overlap and two outputs name one position, they add (torch keeps one)."""
+    name = f"max_unpool{n}d"
+    x, unbatched = _batched(name, input, n, "input")
+    _require_tensor(name, "indices", indices)
+    idx = reshape(indices, tuple(x.shape)) if unbatched else indices
+    k = conv_tuple(name, "kernel_size", kernel_size, n)
+    s = k if stride is None else conv_tuple(name, "stride", stride, n)
+    p = conv_tuple(name, "padding", padding, n)
+    size = _unpool_output_size(name, x, k, s, p, output_size)
+    out = call("max_pool_grad", x, idx, input_size=size)
+    return _unbatched(out, unbatched)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(2, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(3, input, indices, kernel_size, stride, padding, output_size)
+
+
 METHODS: dict = {}
 
 __all__: list[str] = [
@@ -315,5 +367,5 @@ __all__: list[str] = [
     "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "conv1d", "conv2d", "conv3d",
     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "max_pool1d", "max_pool2d", "max_pool3d",
+    "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
 ]

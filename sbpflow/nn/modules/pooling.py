@@ -9,6 +9,7 @@ __all__ = [
     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "LPPool1d", "LPPool2d", "LPPool3d",
+    "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
 ]
 
 
@@ -181,3 +182,41 @@ class LPPool2d(_LPPoolNd):
 
 class LPPool3d(_LPPoolNd):
     _fn = staticmethod(F.lp_pool3d)
+
+
+class _MaxUnpoolNd(Module):
+    _fn = None
+    _dims = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        n = self._dims
+
+        def tup(v):
+            return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+        self.kernel_size = tup(kernel_size)
+        self.stride = tup(stride if stride is not None else kernel_size)
+        self.padding = tup(padding)
+
+    def forward(self, input, indices, output_size=None):
+        return type(self)._fn(input, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    _fn = staticmethod(F.max_unpool1d)
+    _dims = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    _fn = staticmethod(F.max_unpool2d)
+    _dims = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    _fn = staticmethod(F.max_unpool3d)
+    _dims = 3
