@@ -600,6 +600,12 @@ class _DataTensor(Tensor):
             return inplace
         return attr
 
+    def __setitem__(self, key, value):
+        storage = object.__getattribute__(self, "_storage")
+        version = storage.version
+        Tensor.__setitem__(self, key, value)
+        storage.version = version
+
 
 # Set while nn.Graph.build() is traced (graph/trace.py): fn(tensor) raises for an eager tensor
 # that build() wrote in place, whose new value exists only when the graph runs.

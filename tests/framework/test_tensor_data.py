@@ -25,7 +25,12 @@ def test_data_read_aliases_without_grad():
             assert d.requires_grad is False and d.grad_fn is None and d.is_leaf
             assert isinstance(d, lib.Tensor) and not isinstance(d, lib.nn.Parameter)
             assert tuple(d.shape) == tuple(src.shape) and d.dtype == src.dtype
-        p.data[0] = 10.0  # a write through .data (and a view of it) shows in p
+        z = (p * p).sum()
+        version = p._version
+        p.data[0] = 10.0  # a write through .data shows in p, and is no in-place op on p
+        assert p._version == version
+        z.backward()
+        np.testing.assert_array_equal(p.grad.numpy(), [20.0, 4.0, 6.0])
         np.testing.assert_array_equal(_np(p), [10.0, 2.0, 3.0])
 
 

@@ -124,6 +124,15 @@ class Module:
             d.pop(name, None)
             self.register_parameter(name, value)
             return
+        if isinstance(value, Tensor) and getattr(value, "_is_buffer", False):
+            # nn.Buffer(t, persistent=...): register it as a buffer (torch.nn.Buffer)
+            if params is None:
+                raise AttributeError("cannot assign buffer before Module.__init__() call")
+            params.pop(name, None)
+            d["_modules"].pop(name, None)
+            d.pop(name, None)
+            self.register_buffer(name, value, getattr(value, "persistent", True))
+            return
         if params is not None and name in params:
             if value is not None:
                 raise TypeError(
