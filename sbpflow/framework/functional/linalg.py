@@ -1,7 +1,20 @@
-"""Matrix products: matmul, mm, bmm, mv, dot, outer, einsum, tensordot, addmm, baddbmm."""
+"""Matrix products (matmul, mm, bmm, mv, dot, outer, einsum, tensordot, addmm, baddbmm) and
+torch.linalg: decompositions, solves, determinants, norms, pinv, matrix_rank, cross.
+
+The torch.linalg functions are named `linalg_<name>` here and exported as
+`sbpflow.linalg.<name>`; torch's top-level forms (inverse, det, logdet, slogdet, cholesky,
+svd with `some`, qr with `some`, pinverse) are in `__all__`.
+"""
 
 from __future__ import annotations
 
+import collections
+import math
+import warnings
+
+import numpy as np
+
+from ...ops.linalg import LinAlgError
 from ..tensor import Tensor
 from ._base import call
 
@@ -134,12 +147,340 @@ def addmv(input, mat, vec, *, beta=1, alpha=1):
     return _scaled_sum("addmv", input, mv(mat, vec), beta, alpha)
 
 
+# -- torch.linalg ---------------------------------------------------------------------------
+def _return_type(name, fields):
+    cls = collections.namedtuple(name, fields)
+    cls.__module__ = "sbpflow.return_types"
+    return cls
+
+
+_slogdet_result = _return_type("linalg_slogdet", ["sign", "logabsdet"])
+_eigh_result = _return_type("linalg_eigh", ["eigenvalues", "eigenvectors"])
+_svd_result = _return_type("linalg_svd", ["U", "S", "Vh"])
+_qr_result = _return_type("linalg_qr", ["Q", "R"])
+_old_svd_result = _return_type("svd", ["U", "S", "V"])
+_old_qr_result = _return_type("qr", ["Q", "R"])
+_old_slogdet_result = _return_type("slogdet", ["sign", "logabsdet"])
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise NotImplementedError(f"{name}(): out= is not supported")
+
+
+def linalg_inv(A, *, out=None):
+    _no_out("linalg.inv", out)
+    return call("linalg_inv", A)
+
+
+def linalg_det(A, *, out=None):
+    _no_out("linalg.det", out)
+    return call("linalg_det", A)
+
+
+def linalg_slogdet(A, *, out=None):
+    _no_out("linalg.slogdet", out)
+    return _slogdet_result(*call("linalg_slogdet", A))
+
+
+def linalg_solve(A, B, *, left=True, out=None):
+    """X with A X = B (left=True) or X A = B (left=False: A^T X^T = B^T)."""
+    _no_out("linalg.solve", out)
+    if left:
+        return call("linalg_solve", A, B)
+    if B.ndim < 2:
+        raise RuntimeError("linalg.solve: Vector broadcasting of the left hand side is not "
+                           "supported for left=False. In this case linalg.solve is equivalent "
+                           "to B / A.squeeze(-1)")
+    return call("linalg_solve", A.mT, B.mT).mT
+
+
+def linalg_cholesky(A, *, upper=False, out=None):
+    _no_out("linalg.cholesky", out)
+    return call("linalg_cholesky", A, upper=upper)
+
+
+def linalg_eigh(A, UPLO="L", *, out=None):
+    _no_out("linalg.eigh", out)
+    return _eigh_result(*call("linalg_eigh", A, UPLO=UPLO))
+
+
+def linalg_eigvalsh(A, UPLO="L", *, out=None):
+    _no_out("linalg.eigvalsh", out)
+    return call("linalg_eigh", A, UPLO=UPLO)[0]
+
+
+def linalg_svd(A, full_matrices=True, *, driver=None, out=None):
+    _no_out("linalg.svd", out)
+    if driver is not None:
+        raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on "
+                           "CUDA inputs with cuSOLVER backend.")
+    return _svd_result(*call("linalg_svd", A, full_matrices=full_matrices))
+
+
+def linalg_svdvals(A, *, driver=None, out=None):
+    """The singular values, descending; their gradient is U diag(g) V^T (through svd)."""
+    _no_out("linalg.svdvals", out)
+    if driver is not None:
+        raise RuntimeError("torch.linalg.svdvals: keyword argument `driver=` is only supported "
+                           "on CUDA inputs with cuSOLVER backend.")
+    return call("linalg_svd", A, full_matrices=False)[1]
+
+
+def linalg_qr(A, mode="reduced", *, out=None):
+    _no_out("linalg.qr", out)
+    return _qr_result(*call("linalg_qr", A, mode=mode))
+
+
+def linalg_inv_ex(A, *, check_errors=False, out=None):
+    raise NotImplementedError("linalg.inv_ex is not supported (its info output would need the "
+                              "kernel's result on the host); use linalg.inv, which raises "
+                              "sbpflow.linalg.LinAlgError for singular input")
+
+
+# -- norms ----------------------------------------------------------------------------------
+def _float_input(name, A, dtype):
+    if dtype is not None:
+        A = A.to(dtype)
+    if not A.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input. Got "
+                           f"{_C_TYPE.get(A.dtype.name, A.dtype.name)}")
+    return A
+
+
+_C_TYPE = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int",
+           "int64": "Long"}
+
+
+def _ord_text(ord):
+    return str(ord) if not isinstance(ord, float) or not ord.is_integer() else str(int(ord))
+
+
+def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    from .reduce import vector_norm
+
+    _no_out("linalg.vector_norm", out)
+    return vector_norm(x, ord, dim, keepdim, dtype=dtype)
+
+
+def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
+    """Frobenius, nuclear, spectral (2, -2: largest/smallest singular value), max/min column
+    sum (1, -1) and max/min row sum (inf, -inf) norms over the two axes `dim`."""
+    name = "linalg.matrix_norm"
+    _no_out(name, out)
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: The input tensor A must have at least 2 dimensions.")
+    A = _float_input(name, A, dtype)
+    dim = tuple(dim)
+    if len(dim) != 2:
+        raise RuntimeError(f"{name}: dim must be a 2-tuple. Got {', '.join(map(str, dim))}")
+    d0, d1 = (d % A.ndim if -A.ndim <= d < A.ndim else d for d in dim)
+    if not (0 <= d0 < A.ndim and 0 <= d1 < A.ndim):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-A.ndim}, "
+                         f"{A.ndim - 1}], but got {dim[0] if not 0 <= d0 < A.ndim else dim[1]})")
+    if d0 == d1:
+        raise RuntimeError(f"{name}: dims must be different. Got ({dim[0]}, {dim[1]})")
+    if ord == "fro":
+        return linalg_vector_norm(A, 2, (d0, d1), keepdim)
+    if ord in ("nuc", 2, -2):
+        # Singular values of the matrices over (d0, d1), moved to the last two axes.
+        s = linalg_svdvals(A.movedim((d0, d1), (-2, -1)))
+        r = s.sum(-1) if ord == "nuc" else (s.amax(-1) if ord == 2 else s.amin(-1))
+        if keepdim:
+            for d in sorted((d0, d1)):
+                r = r.unsqueeze(d)
+        return r
+    if ord in (1, -1, math.inf, -math.inf):
+        # 1: the largest column sum (sum over rows d0, max over columns d1); inf: rows.
+        over, pick = (d0, d1) if ord in (1, -1) else (d1, d0)
+        sums = A.abs().sum(over, keepdim=True)
+        r = sums.amax(pick, keepdim=True) if ord > 0 else sums.amin(pick, keepdim=True)
+        return r if keepdim else r.squeeze(max(d0, d1)).squeeze(min(d0, d1))
+    raise RuntimeError(f"{name}: Order {_ord_text(ord)} not supported.")
+
+
+def linalg_norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    """A vector norm over one axis (or all, flattened, without ord), a matrix norm over two."""
+    name = "linalg.norm"
+    _no_out(name, out)
+    if dim is not None:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        if len(dims) == 1:
+            if isinstance(ord, str):
+                raise RuntimeError(f"linalg.vector_norm: Order {ord} not supported.")
+            return linalg_vector_norm(A, 2 if ord is None else ord, dims, keepdim, dtype=dtype)
+        if len(dims) == 2:
+            return linalg_matrix_norm(A, "fro" if ord is None else ord, dims, keepdim,
+                                      dtype=dtype)
+        raise RuntimeError(f"{name}: If dim is specified, it must be of length 1 or 2. Got "
+                           f"[{', '.join(map(str, dims))}]")
+    if ord is None:
+        return linalg_vector_norm(A, 2, None, keepdim, dtype=dtype)
+    if A.ndim == 2:
+        return linalg_matrix_norm(A, ord, (-2, -1), keepdim, dtype=dtype)
+    if A.ndim == 1:
+        if isinstance(ord, str):
+            raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 "
+                               "dimensions.")
+        return linalg_vector_norm(A, ord, None, keepdim, dtype=dtype)
+    raise RuntimeError(f"{name}: If dim is not specified but ord is, the input must be 1D or "
+                       f"2D. Got {A.ndim}D.")
+
+
+# -- pinv, matrix_rank, cross ---------------------------------------------------------------
+def _tolerance(name, A, s, atol, rtol):
+    """max(atol, rtol * largest singular value), torch's defaults: rtol = eps * max(m, n)
+    when neither is given, 0 when only atol is."""
+    from .elementwise import maximum, mul
+
+    eps = float(np.finfo(A.dtype.np).eps)
+    if rtol is None:
+        rtol = eps * max(A.shape[-2:]) if atol is None or _is_zero(atol) else 0.0
+    smax = s.amax(-1, keepdim=True) if s.shape[-1] else s.sum(-1, keepdim=True)
+    tol = mul(smax, rtol)
+    if isinstance(atol, Tensor):
+        tol = maximum(tol, atol.unsqueeze(-1) if atol.ndim else atol)
+    elif atol is not None:
+        tol = tol.clamp(min=float(atol))
+    return tol
+
+
+def _is_zero(x):
+    return not isinstance(x, Tensor) and x == 0
+
+
+def linalg_pinv(A, *, atol=None, rtol=None, hermitian=False, out=None):
+    """The Moore-Penrose pseudo-inverse V diag(1/s) U^T, singular values at or below the
+    tolerance treated as zero."""
+    from .elementwise import where
+
+    _no_out("linalg.pinv", out)
+    if A.ndim < 2 or not A.dtype.is_floating_point:
+        raise RuntimeError(f"linalg.pinv({_C_TYPE.get(A.dtype.name, 'Float')}{{{list(A.shape)}}}"
+                           "): expected a tensor with 2 or more dimensions of float, double, "
+                           "cfloat or cdouble types")
+    u, s, vh = linalg_svd(A, full_matrices=False)
+    keep = s > _tolerance("linalg.pinv", A, s, atol, rtol)
+    # 1/s where kept, 0 elsewhere; the division never sees a zero (no inf * 0 in backward).
+    s_inv = where(keep, 1.0 / where(keep, s, s * 0 + 1), s * 0)
+    return vh.mT @ (s_inv.unsqueeze(-1) * u.mT)
+
+
+def linalg_matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None, out=None):
+    _no_out("linalg.matrix_rank", out)
+    if tol is not None:
+        atol, rtol = tol, 0.0
+    s = linalg_svdvals(A)
+    return (s > _tolerance("linalg.matrix_rank", A, s, atol, rtol)).sum(-1)
+
+
+def linalg_cross(input, other, *, dim=-1, out=None):
+    """The cross product of 3-vectors along `dim` (broadcasting the other axes)."""
+    from .shape import stack
+
+    _no_out("linalg.cross", out)
+    if input.ndim != other.ndim:
+        raise RuntimeError(f"linalg.cross: inputs must have the same number of dimensions. Got "
+                           f"{input.ndim} and {other.ndim}")
+    if input.shape[dim] != 3 or other.shape[dim] != 3:
+        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got "
+                           f"{input.shape[dim]} and {other.shape[dim]}")
+    a = [input.select(dim, i) for i in range(3)]
+    b = [other.select(dim, i) for i in range(3)]
+    parts = [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    return stack(parts, dim)
+
+
+# -- torch's top-level forms ----------------------------------------------------------------
+def inverse(input, *, out=None):
+    return linalg_inv(input, out=out)
+
+
+def det(input):
+    return linalg_det(input)
+
+
+def slogdet(input):
+    return _old_slogdet_result(*call("linalg_slogdet", input))
+
+
+def logdet(input):
+    """log det(A): nan for a negative determinant, -inf for zero."""
+    from .elementwise import log
+
+    sign, logabs = call("linalg_slogdet", input)
+    return logabs + log(sign)
+
+
+_WARNED: set = set()
+
+
+def _deprecated_once(name, text):
+    """torch's TORCH_WARN_ONCE deprecation notes for the pre-linalg forms."""
+    if name not in _WARNED:
+        _WARNED.add(name)
+        warnings.warn(text, UserWarning, stacklevel=3)
+
+
+def cholesky(input, upper=False, *, out=None):
+    _deprecated_once("cholesky", (
+        "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in "
+        "a future PyTorch release.\nL = torch.cholesky(A)\nshould be replaced with\n"
+        "L = torch.linalg.cholesky(A)\nand\nU = torch.cholesky(A, upper=True)\nshould be "
+        "replaced with\nU = torch.linalg.cholesky(A).mH\nThis transform will produce "
+        "equivalent results for all valid (symmetric positive definite) inputs."))
+    return linalg_cholesky(input, upper=upper, out=out)
+
+
+def svd(input, some=True, compute_uv=True, *, out=None):
+    """torch.svd: U, S and V (not V^T); some=False gives the full U and V; without
+    compute_uv, U and V are zeros of the full shapes."""
+    _no_out("svd", out)
+    if not compute_uv:
+        from .creation import zeros
+
+        m, n = input.shape[-2:]
+        s = linalg_svdvals(input)
+        batch = tuple(input.shape[:-2])
+        return _old_svd_result(zeros(*batch, m, m, dtype=input.dtype), s,
+                               zeros(*batch, n, n, dtype=input.dtype))
+    u, s, vh = call("linalg_svd", input, full_matrices=not some)
+    return _old_svd_result(u, s, vh.mT)
+
+
+def qr(input, some=True, *, out=None):
+    _no_out("qr", out)
+    _deprecated_once("qr", (
+        "torch.qr is deprecated in favor of torch.linalg.qr and will be removed in a future "
+        "PyTorch release.\nThe boolean parameter 'some' has been replaced with a string "
+        "parameter 'mode'.\nQ, R = torch.qr(A, some)\nshould be replaced with\n"
+        "Q, R = torch.linalg.qr(A, 'reduced' if some else 'complete')"))
+    return _old_qr_result(*call("linalg_qr", input, mode="reduced" if some else "complete"))
+
+
+def pinverse(input, rcond=1e-15):
+    return linalg_pinv(input, rtol=rcond)
+
+
+LINALG = {
+    "inv": linalg_inv, "inv_ex": linalg_inv_ex, "det": linalg_det, "slogdet": linalg_slogdet,
+    "solve": linalg_solve, "cholesky": linalg_cholesky, "eigh": linalg_eigh,
+    "eigvalsh": linalg_eigvalsh, "svd": linalg_svd, "svdvals": linalg_svdvals,
+    "qr": linalg_qr, "norm": linalg_norm, "matrix_norm": linalg_matrix_norm,
+    "vector_norm": linalg_vector_norm, "pinv": linalg_pinv, "matrix_rank": linalg_matrix_rank,
+    "cross": linalg_cross, "LinAlgError": LinAlgError,
+}
+
+
 METHODS = {
+    "inverse": inverse, "det": det, "logdet": logdet, "slogdet": slogdet,
+    "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
     "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer, "ger": ger,
     "addmm": addmm, "baddbmm": baddbmm, "addmv": addmv,
 }
 
-__all__ = ["addmm", "addmv", "baddbmm", "bmm", "dot", "einsum", "ger", "matmul", "mm", "mv",
-           "outer", "tensordot"]
+__all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "det", "dot", "einsum", "ger",
+           "inverse", "logdet", "matmul", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd",
+           "tensordot"]
