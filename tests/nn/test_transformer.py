@@ -593,5 +593,48 @@ def test_global_modules_on_ranks_equal_local(n):
     check = str(Path(__file__).resolve().parent / "transformer_global_check.py")
     job = run_job(mpiexec_cmd(n, "-m", "mpi4py", check), timeout=120)
     assert job.returncode == 0 and job.strays == 0, job.output
-    passed = re.findall(r"rank (\d+): transformer global check passed \(4 cases\)", job.stdout)
+    passed = re.findall(r"rank (\d+): transformer global check passed \(5 cases\)", job.stdout)
     assert sorted(int(r) for r in passed) == list(range(n)), job.output
+
+
+_LEFT = np.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 1]], bool)
+_RAGGED = np.array([[0, 0, 0, 1, 1], [0, 1, 0, 1, 1], [0, 0, 0, 0, 1]], bool)
+
+
+@pytest.mark.parametrize("kpm,mask_check,no_grad,with_mask", [
+    (_LEFT, True, True, False),
+    (np.where(_LEFT, -np.inf, 0).astype(np.float32), True, True, False),
+    (np.where(_LEFT, -2.5, 0).astype(np.float32), True, True, False),  # nonzero pads
+    (_RAGGED, True, True, False),  # not left-aligned: the ordinary path
+    (_RAGGED, False, True, False),  # unchecked: each row keeps its first `length` keys
+    (_LEFT, True, False, False),  # gradients wanted: the ordinary path
+    (_LEFT, True, True, True),  # an attention mask too: the ordinary path
+], ids=["bool", "float", "float-finite", "ragged", "ragged-unchecked", "grad", "mask"])
+def test_encoder_nested_tensor_inference_values_as_torch(kpm, mask_check, no_grad, with_mask):
+    """torch packs a padded batch into a nested tensor for inference: padded positions come
+    out as zeros (then the final norm); the same values here."""
+    def make(lib):
+        layer = _enc_layer(lib, batch_first=True)
+        enc = lib.nn.TransformerEncoder(layer, 2, norm=lib.nn.LayerNorm(D),
+                                        mask_check=mask_check)
+        return enc.eval()
+
+    torch.manual_seed(0)
+    theirs, ours = make(torch), make(flow)
+    with torch.no_grad():
+        theirs.norm.bias.normal_()  # padded rows come out as this bias: make it visible
+    _load_from_torch(ours, theirs)
+    x = _x(3, 5, D)
+    kw = {"mask": _causal(5)} if with_mask else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's nested-tensor prototype warning
+        if no_grad:
+            with torch.no_grad(), flow.no_grad():
+                t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm),
+                           **{k: torch.tensor(v) for k, v in kw.items()})
+                f = ours(flow.tensor(x), src_key_padding_mask=flow.tensor(kpm),
+                         **{k: flow.tensor(v) for k, v in kw.items()})
+        else:
+            t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm))
+            f = ours(flow.tensor(x), src_key_padding_mask=flow.tensor(kpm))
+    np.testing.assert_allclose(_np(f), _np(t), RTOL, ATOL)

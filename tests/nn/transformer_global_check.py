@@ -111,7 +111,27 @@ def main() -> None:
         assert list(got) == list(want), (name, list(got), list(want))
         for key, w in want.items():
             np.testing.assert_allclose(got[key], w, TOL, TOL, err_msg=f"{name}: {key}")
-    print(f"rank {rank}: transformer global check passed ({len(todo)} cases)", flush=True)
+    check_nested_inference(line, n)
+    print(f"rank {rank}: transformer global check passed ({len(todo) + 1} cases)", flush=True)
+
+
+def check_nested_inference(line, n) -> None:
+    """Encoder inference with a left-aligned padding mask (torch's nested-tensor path: padded
+    positions come out as zeros), batch split over the ranks."""
+    flow.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(E, H, 16, dropout=0.0, batch_first=True,
+                                       dtype=flow.float64)
+    local = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    glob = copy.deepcopy(local).to_global(placement=line, sbp=B)
+    x = _x(n, L, E)
+    lengths = np.arange(n) % L + 1
+    kpm = np.arange(L)[None, :] >= lengths[:, None]
+    with flow.no_grad():
+        want = local(flow.tensor(x), src_key_padding_mask=flow.tensor(kpm)).numpy()
+        got = glob(flow.tensor(x, placement=line, sbp=S(0)),
+                   src_key_padding_mask=flow.tensor(kpm, placement=line, sbp=S(0))).numpy()
+    assert (want[kpm] == 0).all() and (want[~kpm] != 0).any()
+    np.testing.assert_allclose(got, want, TOL, TOL, err_msg="nested inference")
 
 
 if __name__ == "__main__":

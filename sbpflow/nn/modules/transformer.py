@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from ..._core import dtype as dt
+from ...autograd.grad_mode import is_grad_enabled
 from ...framework.functional import creation
 from .. import functional as F
 from .. import init
@@ -146,13 +147,44 @@ class TransformerEncoder(Module):
                                               _none_or_dtype(mask), "mask", src.dtype)
         mask = canonical_mask(mask, "mask", None, "", src.dtype, check_other=False)
         is_causal = _causal_hint(is_causal)
+        nested = self._nested_padding(src, mask, src_key_padding_mask)
+        if nested is not None:
+            src_key_padding_mask = nested
         output = src
         for mod in self.layers:
             output = mod(output, src_mask=mask, is_causal=is_causal,
                          src_key_padding_mask=src_key_padding_mask)
+        if nested is not None:  # torch's to_padded_tensor(0.0)
+            output = output.masked_fill(nested.unsqueeze(-1), 0.0)
         if self.norm is not None:
             output = self.norm(output)
         return output
+
+    def _nested_padding(self, src, mask, key_padding_mask):
+        """torch's nested-tensor inference path, by its values: where torch packs the padded
+        batch into a nested tensor (eval, no gradient wanted, a padding mask and no attention
+        mask), each row keeps its first `length` positions (length = its unpadded count) and
+        the padded positions come out as zeros. Returns that row-length padding mask (bool),
+        or None where torch takes the ordinary path."""
+        first = self.layers[0]
+        if (not self.use_nested_tensor or first.training or src.dim() != 3
+                or key_padding_mask is None or mask is not None or src.is_lazy):
+            return None  # (a lazy tensor's values are unknown while a graph is traced)
+        params = [first.self_attn.in_proj_weight, first.self_attn.in_proj_bias,
+                  first.self_attn.out_proj.weight, first.self_attn.out_proj.bias,
+                  first.norm1.weight, first.norm1.bias, first.norm2.weight, first.norm2.bias,
+                  first.linear1.weight, first.linear1.bias, first.linear2.weight,
+                  first.linear2.bias]
+        if is_grad_enabled() and any(t is not None and t.requires_grad
+                                     for t in [src, *params]):
+            return None
+        padded = key_padding_mask != 0  # torch: logical_not of the (float) mask keeps zeros
+        lengths = (~padded).sum(dim=-1, keepdim=True)
+        positions = creation.arange(padded.shape[-1], device=padded._where())
+        by_length = positions >= lengths
+        if self.mask_check and not bool((by_length == padded).all()):
+            return None  # not left-aligned: torch checks and takes the ordinary path
+        return by_length
 
 
 def _why_not_sparsity_fast_path(layer) -> str:
