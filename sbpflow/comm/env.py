@@ -55,7 +55,8 @@ def is_multi_process() -> bool:
 
 
 def export_torch_style_vars() -> None:
-    """Set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE for scripts that read them.
+    """Set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (and, on one machine, MASTER_ADDR
+    and MASTER_PORT) for scripts that read them.
 
     The launcher sets them already; this covers a plain `mpiexec -n N python script.py`.
     Values already present are kept (the launcher's agree with the MPI ones).
@@ -63,6 +64,8 @@ def export_torch_style_vars() -> None:
     values = {"RANK": launched_rank(), "WORLD_SIZE": launched_world_size(),
               "LOCAL_RANK": launched_local_rank(),
               "LOCAL_WORLD_SIZE": launched_local_world_size()}
+    if launched_local_world_size() == launched_world_size():  # one machine: rank 0 is here
+        values.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=29500)  # torchrun's default port
     for name, value in values.items():
         if value is not None:
             os.environ.setdefault(name, str(value))

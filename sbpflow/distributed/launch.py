@@ -4,7 +4,10 @@
 Runs this Python environment's own `mpiexec` (from the `mpich` wheel, installed next to the
 interpreter) as `mpiexec [-f F -ppn N] -n 1 -env RANK 0 ... python -m mpi4py script.py args
 : -n 1 -env RANK 1 ...`: one launch segment per rank, so every rank starts with RANK,
-WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE set as torchrun and OneFlow's launcher set them.
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the machine's index), MASTER_ADDR and
+MASTER_PORT set as torchrun and OneFlow's launcher set them (MASTER_* name the first machine
+and port 29500 unless already set; MPI does the rendezvous, they are for scripts that read
+them, and `init_process_group(init_method="env://")` checks RANK and WORLD_SIZE).
 `python -m mpi4py` aborts the whole job when a rank's script raises (sbpflow's own handlers do
 the same under a plain `mpiexec -n N python script.py`). The exit status is mpiexec's; when it
 is not 0 the launcher adds which ranks failed and how (read from hydra's
@@ -25,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+DEFAULT_MASTER_PORT = "29500"  # torchrun's default
 USAGE = (
     "usage: python -m sbpflow.distributed.launch --nproc-per-node N [--hostfile FILE] "
     "[--dry-run] (script.py | -m module) [args ...]"
@@ -100,8 +104,12 @@ def parse_args(argv: list[str]) -> tuple[int, str | None, bool, list[str]]:
 def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
                   mpiexec: str | None = None) -> list[str]:
     mpiexec = mpiexec or venv_mpiexec()
-    nodes = len(read_hostfile(hostfile)) if hostfile else 1
-    world_size = nproc_per_node * nodes
+    hosts = read_hostfile(hostfile) if hostfile else ["127.0.0.1"]
+    world_size = nproc_per_node * len(hosts)
+    # torchrun's rendezvous address: informational here (MPI does the rendezvous), for
+    # scripts that read it. The first machine holds rank 0.
+    master_addr = os.environ.get("MASTER_ADDR", hosts[0])
+    master_port = os.environ.get("MASTER_PORT", DEFAULT_MASTER_PORT)
     cmd = [mpiexec, "-print-all-exitcodes"]
     if hostfile:
         cmd += ["-f", hostfile, "-ppn", str(nproc_per_node)]
@@ -113,6 +121,9 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
                 "-env", "WORLD_SIZE", str(world_size),
                 "-env", "LOCAL_RANK", str(rank % nproc_per_node),
                 "-env", "LOCAL_WORLD_SIZE", str(nproc_per_node),
+                "-env", "GROUP_RANK", str(rank // nproc_per_node),
+                "-env", "MASTER_ADDR", master_addr,
+                "-env", "MASTER_PORT", master_port,
                 sys.executable, "-m", "mpi4py", *program]
     return cmd
 

@@ -258,10 +258,12 @@ def _reduce_with_tensors(pickler, obj):
 def dumps_with_tensors(obj) -> bytes:
     """pickle.dumps for objects that may hold sbpflow tensors (plain pickle refuses them)."""
     buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.reducer_override = lambda o: _reduce_with_tensors(pickler, o)
-    pickler.dump(obj)
+    _TensorValuePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return buf.getvalue()
+
+
+class _TensorValuePickler(pickle.Pickler):
+    reducer_override = _reduce_with_tensors
 
 
 def _pickle_root(obj, enc: _Encoder, pickle_module, protocol: int) -> dict:

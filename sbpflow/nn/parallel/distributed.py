@@ -102,6 +102,8 @@ class DistributedDataParallel(Module):
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: module must be an nn.Module, got "
                             f"{type(module).__name__}")
+        # torch.distributed's ProcessGroup (new_group) wraps a communicator
+        process_group = getattr(process_group, "communicator", process_group)
         if process_group is not None and not isinstance(process_group, _comm.Communicator):
             raise TypeError("DistributedDataParallel: process_group must be a "
                             f"sbpflow.comm.Communicator, got {type(process_group).__name__}")
