@@ -638,3 +638,64 @@ def test_encoder_nested_tensor_inference_values_as_torch(kpm, mask_check, no_gra
             t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm))
             f = ours(flow.tensor(x), src_key_padding_mask=flow.tensor(kpm))
     np.testing.assert_allclose(_np(f), _np(t), RTOL, ATOL)
+
+
+# -- nn.Graph -----------------------------------------------------------------------------
+class _TrainGraph(flow.nn.Graph):
+    def __init__(self, model, opt):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+
+    def build(self, *args):
+        out = self.model(*args)
+        loss = (out * out).mean()
+        loss.backward()
+        return loss
+
+
+class _CrossAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(E, H, add_bias_kv=True, add_zero_attn=True, kdim=5,
+                                         vdim=5, batch_first=True)
+        kpm = np.array([[0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]], bool)  # row 2: all padded
+        self.register_buffer("kpm", flow.tensor(kpm))
+
+    def forward(self, x, mem):
+        return self.mha(x, mem, mem, key_padding_mask=self.kpm, need_weights=False)[0]
+
+
+class _Seq2Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.t = nn.Transformer(D, H, 1, 1, FF, dropout=0.0, batch_first=True)
+
+    def forward(self, src, tgt):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        return self.t(src, tgt, tgt_mask=mask, tgt_is_causal=True)
+
+
+@pytest.mark.parametrize("make,shapes", [
+    (_CrossAttention, ((3, 4, E), (3, 4, 5))),
+    (_Seq2Seq, ((3, 4, D), (3, 5, D))),
+], ids=["mha-bias_kv-zero_attn-kdim", "transformer"])
+def test_graph_training_equals_eager(make, shapes):
+    flow.manual_seed(0)
+    eager = make()
+    traced = copy.deepcopy(eager)
+    opt = flow.optim.SGD(eager.parameters(), lr=0.1)
+    graph = _TrainGraph(traced, flow.optim.SGD(traced.parameters(), lr=0.1))
+    for step in range(2):
+        args = [flow.tensor(_x(*s, seed=10 * step + i)) for i, s in enumerate(shapes)]
+        out = eager(*args)
+        loss = (out * out).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        np.testing.assert_allclose(graph(*args).item(), loss.item(), 1e-5)
+    for (name, p), (_, q) in zip(eager.named_parameters(), traced.named_parameters()):
+        np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), 1e-5, 1e-6,
+                                   err_msg=name)
