@@ -17,6 +17,8 @@ from collections import OrderedDict, defaultdict
 from itertools import chain
 from typing import Any
 
+import numpy as _np
+
 from .._core import dtype as dt
 from ..autograd import grad_mode
 from ..framework.functional.creation import tensor as _tensor
@@ -354,3 +356,68 @@ def _check_unsupported(name: str, **flags) -> None:
     for flag, value in flags.items():
         if value:
             raise NotImplementedError(f"{name}: {flag}=True is not supported by sbpflow yet")
+
+
+def _round_like(value: float, t: Tensor) -> float:
+    """`value` rounded to `t`'s dtype, as storing it in `t` would round it."""
+    if t.dtype is dt.float32:
+        return float(_np.float32(value))
+    if t.dtype is dt.float16:
+        return float(_np.float16(value))
+    return float(value)
+
+
+class _HostScalars:
+    """Host copies of 0-d state tensors (step counts, NAdam's mu_product, ASGD's eta and mu).
+
+    torch keeps these as 0-d tensors in the state (so state dicts carry them) and reads them
+    back with `.item()` on every step.  Here an optimizer remembers the value it last wrote into
+    each such tensor, so a step reads the host copy instead of waiting on the device; a tensor
+    it did not write itself (a loaded state dict, a user's replacement) is read once.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, str], tuple[Tensor, float]] = {}
+
+    def get(self, p: Tensor, state: dict, key: str) -> float:
+        t = state[key]
+        if not isinstance(t, Tensor):
+            return float(t)
+        known = self._known.get((id(p), key))
+        if known is not None and known[0] is t:
+            return known[1]
+        value = float(t.item())
+        self._known[(id(p), key)] = (t, value)
+        return value
+
+    def set(self, p: Tensor, state: dict, key: str, value: float) -> float:
+        """Write `value` into state[key] (in place, asynchronously); return it as stored."""
+        t = state[key]
+        if not isinstance(t, Tensor):
+            state[key] = value
+            return value
+        t.fill_(value)
+        value = _round_like(value, t)
+        self._known[(id(p), key)] = (t, value)
+        return value
+
+    def advance(self, p: Tensor, state: dict, key: str = "step") -> float:
+        """state[key] += 1; the new count as a Python number."""
+        return self.set(p, state, key, self.get(p, state, key) + 1)
+
+
+def _check_lr(lr) -> None:
+    """torch's checks of a learning rate: a float, or a one-element tensor, not negative."""
+    if isinstance(lr, Tensor) and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
+    if not 0.0 <= _scalar(lr):
+        raise ValueError(f"Invalid learning rate: {lr}")
+
+
+def _check_betas(betas) -> tuple:
+    betas = tuple(_scalar(b) for b in betas)
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    return betas

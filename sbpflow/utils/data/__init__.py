@@ -18,11 +18,12 @@ from .sampler import (
     Sampler,
     SequentialSampler,
     SubsetRandomSampler,
+    WeightedRandomSampler,
 )
 
 __all__ = [
     "BatchSampler", "ChainDataset", "ConcatDataset", "DataLoader", "Dataset",
     "DistributedSampler", "IterableDataset", "RandomSampler", "Sampler", "SequentialSampler",
-    "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WorkerInfo",
-    "default_collate", "default_convert", "get_worker_info", "random_split",
+    "StackDataset", "Subset", "SubsetRandomSampler", "TensorDataset", "WeightedRandomSampler",
+    "WorkerInfo", "default_collate", "default_convert", "get_worker_info", "random_split",
 ]

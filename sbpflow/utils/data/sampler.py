@@ -12,12 +12,16 @@ import itertools
 import math
 import os
 
+import numpy as np
+
+from ..._core import dtype as dt
 from ...framework import functional as F
 from ...framework.generator import Generator, default_generator
+from ...framework.tensor import Tensor
 
 __all__ = [
     "BatchSampler", "DistributedSampler", "RandomSampler", "Sampler", "SequentialSampler",
-    "SubsetRandomSampler",
+    "SubsetRandomSampler", "WeightedRandomSampler",
 ]
 
 
@@ -151,6 +155,78 @@ class BatchSampler(Sampler):
         if self.drop_last:
             return len(self.sampler) // self.batch_size
         return (len(self.sampler) + self.batch_size - 1) // self.batch_size
+
+
+class WeightedRandomSampler(Sampler):
+    """`num_samples` indices in [0, len(weights)), index i with probability proportional to
+    weights[i]; without replacement each index at most once (torch.multinomial's draws).
+
+    The draws come from sbpflow's generator (`generator`, else the default one), so they are
+    reproducible but not torch's: with replacement an inverse-CDF lookup of uniform draws,
+    without replacement the largest keys u**(1/w) (Efraimidis-Spirakis), which picks indices
+    in the same order distribution as drawing one at a time; zero weights come last.
+    """
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True,
+                 generator: Generator | None = None) -> None:
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(
+                "num_samples should be a positive integer value, but got "
+                f"num_samples={num_samples}"
+            )
+        if not isinstance(replacement, bool):
+            raise ValueError(
+                f"replacement should be a boolean value, but got replacement={replacement}"
+            )
+        host = weights.numpy() if isinstance(weights, Tensor) else weights
+        host = np.asarray(host, dtype=np.float64)
+        if host.ndim != 1:
+            raise ValueError(
+                "weights should be a 1d sequence but given "
+                f"weights have shape {tuple(host.shape)}"
+            )
+        self.weights = F.tensor(host, dtype=dt.float64)
+        self._host_weights = host
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.generator = generator
+
+    def __iter__(self):
+        yield from _weighted_draws(self._host_weights, self.num_samples, self.replacement,
+                                   self.generator)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def _weighted_draws(w: np.ndarray, n: int, replacement: bool, generator) -> list[int]:
+    """torch.multinomial(w, n, replacement)'s checks (same errors), sbpflow's random draws."""
+    if not replacement and n > w.shape[0]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without "
+                           "replacement")
+    if np.any(np.isnan(w)) or np.any(w < 0):
+        raise RuntimeError("invalid multinomial distribution (encountering probability entry "
+                           "< 0)")
+    if np.any(np.isinf(w)):
+        raise RuntimeError("invalid multinomial distribution (encountering probability entry "
+                           "= infinity or NaN)")
+    if w.shape[0] == 0 or not w.sum() > 0:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    gen = default_generator if generator is None else generator
+    u = F.rand(n if replacement else w.shape[0], generator=gen,
+               dtype=dt.float64).numpy()
+    if replacement:
+        cdf = np.cumsum(w)
+        picks = np.searchsorted(cdf, u * cdf[-1], side="right")
+        # Rounding may put a draw past the last positive weight: it belongs to that one.
+        return np.minimum(picks, np.flatnonzero(w > 0)[-1]).tolist()
+    with np.errstate(divide="ignore"):
+        keys = np.log(u) / w  # log(u**(1/w)); -inf for zero weights
+    keys[w == 0] = -np.inf
+    # Ties (the zero weights) in a random order: sort a random permutation stably.
+    perm = np.asarray(F.randperm(w.shape[0], generator=gen).tolist())
+    order = perm[np.argsort(-keys[perm], kind="stable")]
+    return order[:n].tolist()
 
 
 def _world() -> tuple[int, int]:
