@@ -32,4 +32,4 @@ class Parameter(Tensor):
         return out
 
     def __reduce_ex__(self, proto):
-        raise TypeError("parameters are not pickled; save state dicts with sbpflow.save")
+        return (Parameter, (self.detach(), self.requires_grad))

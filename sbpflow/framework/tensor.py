@@ -574,9 +574,11 @@ class Tensor:
         return t
 
     def __reduce_ex__(self, proto):
-        raise TypeError(
-            "sbpflow tensors are not pickled; save them with sbpflow.save (safetensors)"
-        )
+        # Plain pickle (multiprocessing, copy of a module): the values travel as an array.
+        # sbpflow.save stores tensors as safetensors entries instead (its own pickler).
+        if self.is_global:
+            raise TypeError("global tensors are not pickled; save them with sbpflow.save")
+        return (_rebuild_tensor, (np.array(self.detach()._host()), self._requires_grad))
 
 
 class _DataTensor(Tensor):
@@ -605,6 +607,12 @@ class _DataTensor(Tensor):
         version = storage.version
         Tensor.__setitem__(self, key, value)
         storage.version = version
+
+
+def _rebuild_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
+    from .functional.creation import from_numpy
+
+    return from_numpy(array).requires_grad_(requires_grad)
 
 
 # Set while nn.Graph.build() is traced (graph/trace.py): fn(tensor) raises for an eager tensor

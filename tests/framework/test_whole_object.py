@@ -242,3 +242,21 @@ def test_unpicklable_object_leaves_no_file(tmp_path):
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError), match="cannot pickle"):
         flow.save({"f": lambda: 1}, tmp_path / "x.pt")
     assert not os.listdir(tmp_path)
+
+
+def test_plain_pickle_of_modules_tensors_and_parameters():
+    m = _model()
+    m2 = pickle.loads(pickle.dumps(m))
+    x = flow.randn(3, 3)
+    np.testing.assert_array_equal(m2(x).detach().numpy(), m(x).detach().numpy())
+    assert isinstance(m2.body[0].weight, Parameter) and m2.body[0].weight.requires_grad
+    t = flow.arange(6.0).reshape(2, 3).t()  # a non-contiguous view
+    got = pickle.loads(pickle.dumps(t))
+    np.testing.assert_array_equal(got.numpy(), t.numpy())
+    assert not got.requires_grad
+    p = pickle.loads(pickle.dumps(Parameter(flow.ones(2), requires_grad=False)))
+    assert isinstance(p, Parameter) and not p.requires_grad
+    # a plain pickle of a tensor is not a weights-only stream: its rebuild function and
+    # NumPy's reconstructors are refused
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        flow.load(io.BytesIO(_container(pickle.dumps(flow.ones(2), protocol=2))))
