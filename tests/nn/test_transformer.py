@@ -699,3 +699,21 @@ def test_graph_training_equals_eager(make, shapes):
     for (name, p), (_, q) in zip(eager.named_parameters(), traced.named_parameters()):
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), 1e-5, 1e-6,
                                    err_msg=name)
+
+
+@pytest.mark.parametrize("attn_dim,with_kpm", [(2, True), (3, True), (2, False), (None, True)])
+def test_merge_masks_as_torch(attn_dim, with_kpm):
+    ours, theirs = nn.MultiheadAttention(E, H, batch_first=True), torch.nn.MultiheadAttention(
+        E, H, batch_first=True)
+    q = _x(N, L, E)
+    attn = None if attn_dim is None else _float_mask((L, L) if attn_dim == 2 else (N * H, L, L),
+                                                     0)
+    kpm = np.where(_padding(N, L, 1), -np.inf, 0).astype(np.float32) if with_kpm else None
+
+    def t(lib, a):
+        return None if a is None else lib.tensor(a)
+
+    fm, ftype = ours.merge_masks(t(flow, attn), t(flow, kpm), t(flow, q))
+    tm, ttype = theirs.merge_masks(t(torch, attn), t(torch, kpm), t(torch, q))
+    assert ftype == ttype
+    np.testing.assert_array_equal(_np(fm), _np(tm))

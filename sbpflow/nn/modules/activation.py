@@ -481,6 +481,29 @@ class MultiheadAttention(Module):
             weights = weights.squeeze(0)
         return out, weights
 
+    def merge_masks(self, attn_mask, key_padding_mask, query):
+        """torch's helper: one mask of shape (N, num_heads, L, L) from a self-attention's masks
+        (attn_mask 2-D or 3-D, key_padding_mask (N, L)) and the mask type: 1 padding only,
+        2 any attention mask, None without masks. `query` is batch-major (N, L, E)."""
+        mask_type = None
+        merged = None
+        if key_padding_mask is not None:
+            mask_type = 1
+            merged = key_padding_mask
+        if attn_mask is not None:
+            batch_size, seq_len, _ = query.shape
+            mask_type = 2
+            if attn_mask.dim() == 3:
+                expanded = attn_mask.reshape(batch_size, -1, seq_len, seq_len)
+            else:
+                expanded = attn_mask.reshape(1, 1, seq_len, seq_len).expand(
+                    batch_size, self.num_heads, seq_len, seq_len)
+            merged = expanded
+            if key_padding_mask is not None:
+                merged = expanded + key_padding_mask.reshape(batch_size, 1, 1, seq_len).expand(
+                    batch_size, self.num_heads, 1, seq_len)
+        return merged, mask_type
+
 
 def _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
     """torch's checks of the inputs' ranks; True for a batched (3-D) query."""

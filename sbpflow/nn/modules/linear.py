@@ -10,7 +10,7 @@ from .. import functional as F
 from .. import init
 from .module import Module
 
-__all__ = ["Identity", "Linear"]
+__all__ = ["Bilinear", "Identity", "Linear"]
 
 
 class Identity(Module):
@@ -47,6 +47,38 @@ class Linear(Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
+
+
+class Bilinear(Module):
+    """y = x1^T A x2 + b, with torch's weight layout (out_features, in1_features,
+    in2_features) and initialisation U(-1/sqrt(in1_features), 1/sqrt(in1_features))."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int,
+                 bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in1_features = in1_features
+        self.in2_features = in2_features
+        self.out_features = out_features
+        self.weight = Parameter(creation.empty(out_features, in1_features, in2_features,
+                                               dtype=dtype))
+        if bias:
+            self.bias = Parameter(creation.empty(out_features, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1])
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
 
 
 class NonDynamicallyQuantizableLinear(Linear):
