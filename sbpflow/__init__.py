@@ -62,6 +62,6 @@ from . import serialization  # noqa: E402  (torch.serialization)
 from . import comm, env  # noqa: E402  (flow.comm, flow.env; MPI starts only under mpiexec -n >1)
 from . import distributed  # noqa: E402  (publishes flow.comm.all_reduce and the other collectives)
 # torch's device and backend namespaces (CPU only: no CUDA, no accelerator)
-from . import accelerator, amp, backends, cuda, onnx, random  # noqa: E402
+from . import accelerator, amp, backends, cuda, onnx, random, testing, types  # noqa: E402
 from .amp import autocast  # noqa: E402
 from .amp.autocast_mode import get_autocast_dtype, is_autocast_enabled  # noqa: E402
