@@ -135,7 +135,7 @@ class LBFGS(Optimizer):
         self._params = self.param_groups[0]["params"]
 
     def _flat_grad(self):
-        views = [F.zeros(p.numel(), dtype=p.dtype) if p.grad is None else p.grad.reshape(-1)
+        views = [F.zeros_like(p).reshape(-1) if p.grad is None else p.grad.reshape(-1)
                  for p in self._params]
         return F.cat(views, 0)
 

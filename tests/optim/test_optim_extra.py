@@ -424,6 +424,28 @@ def test_lbfgs_state_dict_round_trip_continues():
     np.testing.assert_allclose(x.detach().numpy(), tx, rtol=1e-6, atol=1e-8)
 
 
+def test_lbfgs_parameter_without_gradient_stays_put():
+    """A parameter the loss does not use counts as a zero gradient (torch's flat gradient)."""
+    def run(lib):
+        x = lib.tensor([-1.5, 2.0], dtype=lib.float64, requires_grad=True)
+        unused = lib.tensor([3.0], dtype=lib.float64, requires_grad=True)
+        opt = lib.optim.LBFGS([unused, x], line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            value, grad = _rosenbrock_np(x.detach().numpy())
+            x.grad = lib.tensor(grad)
+            return lib.tensor(value)
+
+        losses = [opt.step(closure).item() for _ in range(3)]
+        return losses, x.detach().numpy(), unused.detach().numpy()
+
+    (tl, tx, tu), (fl, fx, fu) = run(torch), run(flow)
+    np.testing.assert_allclose(fl, tl, rtol=1e-9)
+    np.testing.assert_allclose(fx, tx, rtol=1e-9)
+    assert fu.tolist() == tu.tolist() == [3.0]
+
+
 def test_lbfgs_errors():
     p = flow.zeros(2, requires_grad=True)
     with pytest.raises(ValueError, match="doesn't support per-parameter options"):
