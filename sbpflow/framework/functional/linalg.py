@@ -391,6 +391,194 @@ def linalg_cross(input, other, *, dim=-1, out=None):
     return stack(parts, dim)
 
 
+# -- compositions: solve_triangular, lstsq, matrix_power, multi_dot, cond, ... ------------
+def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
+    """X with tri(A) X = B (or X tri(A) = B): only A's upper or lower triangle is read (and
+    receives gradient); unitriangular takes its diagonal as ones.  B is always a matrix."""
+    from .creation import eye
+
+    _no_out("linalg.solve_triangular", out)
+    tri = A.triu() if upper else A.tril()
+    if unitriangular:
+        n = A.shape[-1]
+        tri = tri - diagonal_embed(tri.diagonal(0, -2, -1)) + eye(n, dtype=A.dtype)
+    if not left:  # X tri = B  <=>  tri^T X^T = B^T
+        return _solve_matrix(tri.mT, B.mT).mT
+    return _solve_matrix(tri, B)
+
+
+def diagonal_embed(x):
+    """x (*, n) -> (*, n, n) with x on the diagonal."""
+    from .creation import eye
+
+    n = x.shape[-1]
+    return x.unsqueeze(-1) * eye(n, dtype=x.dtype)
+
+
+def _solve_matrix(A, B):
+    """linalg_solve with B read as a matrix even where torch's vector rule would apply."""
+    while B.ndim < A.ndim:
+        B = B.unsqueeze(0)
+    return call("linalg_solve", A, B)
+
+
+_lstsq_result = _return_type("linalg_lstsq", ["solution", "residuals", "rank",
+                                              "singular_values"])
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def linalg_lstsq(A, B, rcond=None, *, driver=None):
+    """The minimum-norm least-squares solution of A X = B through the SVD (singular values
+    at or below rcond * the largest count as zero).  The other fields follow the driver as in
+    torch: residuals for gels/gelsd/gelss when m > n and A has full rank, rank except for
+    gels, singular values for gelsd/gelss; empty otherwise."""
+    from .creation import zeros
+    from .elementwise import where
+
+    if driver is None:
+        driver = "gelsy"
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, "
+                           f"gelsy, gelsd, gelss), but got {driver}")
+    if A.ndim < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    m, n = A.shape[-2:]
+    vector = B.ndim == A.ndim - 1
+    b = B.unsqueeze(-1) if vector else B
+    if b.shape[-2] != m:
+        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2) "
+                           f"but got {m} and {b.shape[-2]}" if not vector else
+                           "torch.linalg.lstsq: input.size(-2) should match other.size(-1)")
+    u, s, vh = linalg_svd(A, full_matrices=False)
+    if rcond is None:
+        rcond = float(np.finfo(A.dtype.np).eps) * max(m, n)
+    smax = s.amax(-1, keepdim=True) if s.shape[-1] else s.sum(-1, keepdim=True)
+    keep = s > smax * rcond
+    s_inv = where(keep, 1.0 / where(keep, s, s * 0 + 1), s * 0)
+    x = vh.mT @ (s_inv.unsqueeze(-1) * (u.mT @ b))
+    rank = keep.sum(-1)
+    empty = zeros(0, dtype=A.dtype)
+    residuals = empty
+    if driver != "gelsy" and m > n and bool((rank == n).all()):
+        residuals = ((A @ x - b) ** 2).sum(-2)  # (*, k); (*, 1) for a vector B, as torch
+    return _lstsq_result(x.squeeze(-1) if vector else x, residuals,
+                         zeros(0, dtype=rank.dtype) if driver == "gels" else rank,
+                         s if driver in ("gelsd", "gelss") else empty)
+
+
+def linalg_matrix_power(A, n, *, out=None):
+    """A^n by repeated squaring; n < 0 inverts first; n == 0 gives the identity."""
+    from .creation import eye
+
+    _no_out("linalg.matrix_power", out)
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        if A.ndim < 2:
+            raise RuntimeError("linalg.matrix_power: The input tensor A must have at least 2 "
+                               "dimensions.")
+        raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
+                           f"they are {A.shape[-2]} by {A.shape[-1]} matrices")
+    if n == 0:
+        return eye(A.shape[-1], dtype=A.dtype).expand(*A.shape).clone()
+    if n < 0:
+        A, n = linalg_inv(A), -n
+    result, base = None, A
+    while n:
+        if n & 1:
+            result = base if result is None else result @ base
+        n >>= 1
+        if n:
+            base = base @ base
+    return result
+
+
+def linalg_multi_dot(tensors, *, out=None):
+    """The chained product; a 1-D first (last) operand is a row (column) vector."""
+    _no_out("linalg.multi_dot", out)
+    tensors = list(tensors)
+    if len(tensors) < 2:
+        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {len(tensors)}")
+    for i, t in enumerate(tensors):
+        where = "first" if i == 0 else "last" if i == len(tensors) - 1 else None
+        ok = t.ndim in (1, 2) if where else t.ndim == 2
+        if not ok:
+            what = (f"the {where} tensor must be 1D or 2D" if where else
+                    f"tensor {i} must be 2D")
+            raise RuntimeError(f"multi_dot(): {what} but got {t.ndim}D")
+    result = tensors[0]
+    for t in tensors[1:]:
+        result = result @ t
+    return result
+
+
+def linalg_vecdot(x, y, *, dim=-1, out=None):
+    _no_out("linalg.vecdot", out)
+    return (x * y).sum(dim)
+
+
+def linalg_diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    return A.diagonal(offset, dim1, dim2)
+
+
+def linalg_cond(A, p=None):
+    """The condition number: s_max / s_min for p None/2 (any shape), the inverse for -2;
+    norm(A, p) * norm(A^-1, p) otherwise (square matrices)."""
+    if A.ndim < 2:
+        raise RuntimeError("linalg.cond: The input tensor A must have at least 2 dimensions.")
+    if p is None or p in (2, -2):
+        s = linalg_svdvals(A)
+        return s.amax(-1) / s.amin(-1) if p != -2 else s.amin(-1) / s.amax(-1)
+    if A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"linalg.cond(ord={p}): A must be batches of square matrices, but "
+                           f"they are {A.shape[-2]} by {A.shape[-1]} matrices")
+    return linalg_matrix_norm(A, p) * linalg_matrix_norm(linalg_inv(A), p)
+
+
+def linalg_vander(x, *, N=None):
+    """Columns x^0, x^1, ..., x^(N-1) (N defaults to len(x))."""
+    from .shape import stack
+
+    n = x.shape[-1] if N is None else N
+    if n <= 1:
+        if n < 1:
+            raise RuntimeError("N must be greater than 1.")
+        return (x * 0 + 1).unsqueeze(-1)
+    cols = [x * 0 + 1, x]
+    for _ in range(n - 2):
+        cols.append(cols[-1] * x)
+    return stack(cols, -1)
+
+
+def linalg_tensorinv(A, ind=2, *, out=None):
+    _no_out("linalg.tensorinv", out)
+    if ind <= 0:
+        raise RuntimeError(f"Expected a strictly positive integer for 'ind', but got {ind}")
+    head, tail = tuple(A.shape[:ind]), tuple(A.shape[ind:])
+    rows, cols = math.prod(head), math.prod(tail)
+    if rows != cols:
+        raise RuntimeError(f"Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                           f"prod(self.shape[:ind]), but got {cols} != {rows}")
+    return linalg_inv(A.reshape(rows, cols)).reshape(*tail, *head)
+
+
+def linalg_tensorsolve(A, B, dims=None, *, out=None):
+    _no_out("linalg.tensorsolve", out)
+    if dims is not None:
+        dims = [d % A.ndim for d in dims]
+        A = A.permute(*[d for d in range(A.ndim) if d not in dims], *dims)
+    rest = tuple(A.shape[B.ndim:])
+    rows = math.prod(tuple(A.shape[:B.ndim]))
+    x = _solve_matrix(A.reshape(rows, math.prod(rest)), B.reshape(rows, 1))
+    return x.reshape(*rest)
+
+
+def _not_supported(name, why):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(f"linalg.{name} is not supported: {why}")
+
+    fn.__name__ = name
+    return fn
+
+
 # -- torch's top-level forms ----------------------------------------------------------------
 def inverse(input, *, out=None):
     return linalg_inv(input, out=out)
@@ -462,6 +650,10 @@ def pinverse(input, rcond=1e-15):
     return linalg_pinv(input, rtol=rcond)
 
 
+def matrix_power(input, n):
+    return linalg_matrix_power(input, n)
+
+
 LINALG = {
     "inv": linalg_inv, "inv_ex": linalg_inv_ex, "det": linalg_det, "slogdet": linalg_slogdet,
     "solve": linalg_solve, "cholesky": linalg_cholesky, "eigh": linalg_eigh,
@@ -469,12 +661,31 @@ LINALG = {
     "qr": linalg_qr, "norm": linalg_norm, "matrix_norm": linalg_matrix_norm,
     "vector_norm": linalg_vector_norm, "pinv": linalg_pinv, "matrix_rank": linalg_matrix_rank,
     "cross": linalg_cross, "LinAlgError": LinAlgError,
+    "solve_triangular": linalg_solve_triangular, "lstsq": linalg_lstsq,
+    "matrix_power": linalg_matrix_power, "multi_dot": linalg_multi_dot,
+    "vecdot": linalg_vecdot, "diagonal": linalg_diagonal, "matmul": matmul, "cond": linalg_cond,
+    "vander": linalg_vander, "tensorinv": linalg_tensorinv, "tensorsolve": linalg_tensorsolve,
+    "eig": _not_supported("eig", "its results are complex and sbpflow has no complex dtypes"),
+    "eigvals": _not_supported("eigvals", "its results are complex and sbpflow has no complex "
+                              "dtypes"),
+    "matrix_exp": _not_supported("matrix_exp", "not implemented yet"),
+    "lu": _not_supported("lu", "not implemented yet"),
+    "lu_factor": _not_supported("lu_factor", "not implemented yet"),
+    "lu_solve": _not_supported("lu_solve", "not implemented yet"),
+    "ldl_factor": _not_supported("ldl_factor", "not implemented yet"),
+    "householder_product": _not_supported("householder_product", "not implemented yet"),
+    "cholesky_ex": _not_supported("cholesky_ex", "use linalg.cholesky, which raises "
+                                  "sbpflow.linalg.LinAlgError for input that is not "
+                                  "positive-definite"),
+    "solve_ex": _not_supported("solve_ex", "use linalg.solve, which raises "
+                               "sbpflow.linalg.LinAlgError for singular input"),
 }
 
 
 METHODS = {
     "inverse": inverse, "det": det, "logdet": logdet, "slogdet": slogdet,
     "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
+    "matrix_power": matrix_power,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
     "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer, "ger": ger,
@@ -482,5 +693,5 @@ METHODS = {
 }
 
 __all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "det", "dot", "einsum", "ger",
-           "inverse", "logdet", "matmul", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd",
-           "tensordot"]
+           "inverse", "logdet", "matmul", "matrix_power", "mm", "mv", "outer", "pinverse", "qr",
+           "slogdet", "svd", "tensordot"]
