@@ -464,11 +464,11 @@ class MultiheadAttention(Module):
                 mask = mask.masked_fill(dead, 0.0)
             scores = scores + mask
         attn = F.softmax(scores, dim=-1)
-        if dead is not None:
-            attn = attn.masked_fill(dead, 0.0)
         if self.dropout > 0.0 and self.training:
             attn = F.dropout(attn, self.dropout)
         out = attn @ v  # (N, h, L, d)
+        if dead is not None:  # zeroed here, not on attn: d values a row instead of S
+            out = out.masked_fill(dead, 0.0)
         out = self.out_proj(out.transpose(1, 2).reshape(bsz, tgt_len, e))
         if not batched:
             out = out.squeeze(0)
