@@ -47,7 +47,7 @@ import os
 import pickle
 import tempfile
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 import ml_dtypes
@@ -612,6 +612,7 @@ def _default_safe_globals() -> dict[str, Any]:
         # Protocol 2 writes bytes as _codecs.encode(latin-1 text, "latin1"), as torch's does.
         safe["_codecs.encode"] = _codecs.encode
         safe["collections.OrderedDict"] = OrderedDict
+        safe["collections.Counter"] = Counter
         safe["sbpflow._core.dtype._by_name"] = dt._by_name
         safe[_global_name(Size)] = Size
         safe[_global_name(Device)] = Device

@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import struct
+from collections import Counter, OrderedDict
 
 import numpy as np
 import pytest
@@ -212,12 +213,14 @@ def test_value_types_load_without_allowlist():
     t = flow.tensor([1.0, 2.0], requires_grad=True)
     obj = {"dev": flow.device("cpu"), "size": flow.Size([2, 3]), "dtype": flow.float16,
            "set": {1, 2}, "fs": frozenset([3]), "bytes": b"ab", "c": 1 + 2j,
-           "shared": [t, t], "np": np.arange(3), "p": Parameter(flow.ones(2))}
+           "shared": [t, t], "np": np.arange(3), "p": Parameter(flow.ones(2)),
+           "od": OrderedDict(a=1), "counter": Counter("aab")}
     got = flow.load(io.BytesIO(_saved(obj)))
     assert got["dev"] == flow.device("cpu") and got["size"] == flow.Size([2, 3])
     assert isinstance(got["size"], flow.Size) and got["dtype"] is flow.float16
     assert got["set"] == {1, 2} and got["fs"] == frozenset([3]) and got["bytes"] == b"ab"
-    assert got["c"] == 1 + 2j
+    assert got["c"] == 1 + 2j and got["counter"] == Counter("aab")
+    assert type(got["od"]) is OrderedDict and got["od"] == {"a": 1}
     assert got["shared"][0] is got["shared"][1] and got["shared"][0].requires_grad
     np.testing.assert_array_equal(got["np"], np.arange(3))
     assert isinstance(got["p"], Parameter) and got["p"].requires_grad
@@ -260,3 +263,26 @@ def test_plain_pickle_of_modules_tensors_and_parameters():
     # NumPy's reconstructors are refused
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         flow.load(io.BytesIO(_container(pickle.dumps(flow.ones(2), protocol=2))))
+
+
+def test_whole_optimizer_round_trip_continues_identically():
+    import collections
+
+    flow.manual_seed(5)
+    m = flow.nn.Linear(3, 2)
+    opt = flow.optim.Adam(m.parameters(), lr=0.01)
+    x = flow.randn(4, 3)
+    m(x).sum().backward()
+    opt.step()
+    data = _saved({"m": m, "opt": opt})
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        flow.load(io.BytesIO(data))
+    # as torch: the optimizer's class and its defaultdict state must be allowlisted
+    with serialization.safe_globals([flow.nn.Linear, type(opt), collections.defaultdict]):
+        got = flow.load(io.BytesIO(data))
+    for model, o in ((m, opt), (got["m"], got["opt"])):
+        o.zero_grad()
+        model(x).sum().backward()
+        o.step()
+    np.testing.assert_array_equal(got["m"].weight.detach().numpy(), m.weight.detach().numpy())
+    assert got["opt"].param_groups[0]["params"][0] is got["m"].weight
