@@ -717,3 +717,15 @@ def test_merge_masks_as_torch(attn_dim, with_kpm):
     tm, ttype = theirs.merge_masks(t(torch, attn), t(torch, kpm), t(torch, q))
     assert ftype == ttype
     np.testing.assert_array_equal(_np(fm), _np(tm))
+
+
+@pytest.mark.parametrize("name", ["attn_mask", "key_padding_mask"])
+def test_float_mask_of_another_dtype_is_a_runtime_error_as_torch(name):
+    shape = (L, L) if name == "attn_mask" else (N, L)
+
+    def call(m, lib):
+        x = lib.tensor(_x(L, N, E))
+        m(x, x, x, **{name: lib.tensor(np.zeros(shape))})  # float64 mask, float32 query
+
+    ours, _ = _raises_like_torch(lambda lib: lib.nn.MultiheadAttention(E, H), call, RuntimeError)
+    assert f"expected {name} to be bool or of the query's dtype" in ours

@@ -376,6 +376,10 @@ class MultiheadAttention(Module):
         key_padding_mask = canonical_mask(key_padding_mask, "key_padding_mask",
                                           _none_or_dtype(attn_mask), "attn_mask", query.dtype)
         attn_mask = canonical_mask(attn_mask, "attn_mask", None, "", query.dtype)
+        for name, m in (("key_padding_mask", key_padding_mask), ("attn_mask", attn_mask)):
+            if m is not None and m.dtype != query.dtype:  # torch fails in its kernels
+                raise RuntimeError(f"MultiheadAttention: expected {name} to be bool or of the "
+                                   f"query's dtype {query.dtype}, but got {m.dtype}")
         if is_causal and attn_mask is None:
             raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the "
                                "Transformer module method `generate_square_subsequent_mask` "
