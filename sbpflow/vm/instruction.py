@@ -16,7 +16,7 @@ class _Poisoned(Exception):
 
 
 class Instruction:
-    __slots__ = ("stream", "seq", "deps", "name", "site", "small")
+    __slots__ = ("stream", "seq", "deps", "name", "site", "small", "owner")
     kind = "instruction"
 
     def __init__(self, name: str, site, small: bool = False):
@@ -24,6 +24,7 @@ class Instruction:
         self.site = site  # (filename, lineno) of the user's call, for error messages
         self.deps = None
         self.small = small  # cheaper to run inline than to hand to an idle worker
+        self.owner = None  # the issuing thread, set when handed to a worker
 
     def outputs(self):
         return ()

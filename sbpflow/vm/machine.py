@@ -16,6 +16,7 @@ import enum
 import os
 import sys
 import threading
+from threading import get_ident
 
 from . import threads
 from .instruction import Call, Instruction, _Poisoned
@@ -105,9 +106,14 @@ class VirtualMachine:
         # builder compares against this attribute, so changing it takes effect at once.
         self.inline_max = _inline_max_from_env()
         self.streams: dict[str, Stream] = {}
+        # (issuing thread, error): an error is raised in the thread whose work failed.
         self._errors: collections.deque = collections.deque()
         self._releases: collections.deque = collections.deque()
         self._lock = threading.Lock()
+        # Issuing is one critical section: sequence numbers, dependences, the inline run and
+        # the hand-off must not interleave between Python threads.  Re-entrant: issuing may
+        # flush releases, which issues.
+        self._issue_lock = threading.RLock()
         self.blas_threads = None
         set_release_hook(self._releases.append)
 
@@ -143,9 +149,14 @@ class VirtualMachine:
 
     # -- issuing --------------------------------------------------------------------------------
     def issue(self, instr: Instruction, stream: Stream, reads=(), writes=()) -> None:
-        """Record instr's dependences on the storages it reads and writes, then hand it over."""
+        """Record instr's dependences on the storages it reads and writes, then hand it over.
+        Safe from any thread: the whole issue is one critical section."""
+        with self._issue_lock:
+            self._issue(instr, stream, reads, writes)
+
+    def _issue(self, instr: Instruction, stream: Stream, reads, writes) -> None:
         if len(self._releases) >= self.RELEASE_BATCH:
-            self._flush_releases()
+            self._flush_releases_locked()
         seq = stream.issued + 1
         stream.issued = seq
         instr.stream = stream
@@ -194,6 +205,7 @@ class VirtualMachine:
             return
         if instr.site is None:
             instr.site = _user_site()  # named in the error if the worker's kernel fails
+        instr.owner = get_ident()
         if seq - stream.completed > self.HIGH_WATER:
             stream.wait(seq - self.LOW_WATER)  # throttle: let the worker catch up
         stream.push(instr)
@@ -212,14 +224,27 @@ class VirtualMachine:
             err = _wrap_error(instr, e)
             for b in instr.outputs():
                 b.error = err
-            self._errors.append(err)
+            # Inline (and SYNC) runs happen on the issuing thread itself.
+            self._errors.append((instr.owner or get_ident(), err))
 
     # -- sync points ------------------------------------------------------------------------------
     def raise_pending(self) -> None:
+        """Raise the first error of this thread's work (and drop its others)."""
         if self._errors:
-            err = self._errors.popleft()
-            self._errors.clear()
-            raise err
+            mine = self._take_errors()
+            if mine:
+                raise mine[0]
+
+    def _take_errors(self) -> list:
+        """Remove and return the errors of the calling thread's work, oldest first."""
+        me = get_ident()
+        with self._lock:
+            mine = [e for owner, e in self._errors if owner == me]
+            if mine:
+                rest = [(owner, e) for owner, e in self._errors if owner != me]
+                self._errors.clear()
+                self._errors.extend(rest)
+        return mine
 
     def wait_for(self, where) -> None:
         if where is not None:
@@ -235,7 +260,7 @@ class VirtualMachine:
             if where is not None and where[0].completed < where[1]:
                 where[0].wait(where[1])
         if blob.error is not None:
-            self._errors.clear()
+            self._take_errors()
             raise blob.error
         self.raise_pending()
         return blob.array if callback is None else callback(blob.array)
@@ -255,6 +280,10 @@ class VirtualMachine:
     def _flush_releases(self) -> None:
         """One release instruction per stream frees a batch of dead storages after their last
         use: it writes each of them, so it waits for every earlier reader and writer."""
+        with self._issue_lock:
+            self._flush_releases_locked()
+
+    def _flush_releases_locked(self) -> None:
         releases = self._releases
         batch: dict = {}
         while releases:
@@ -278,7 +307,7 @@ class VirtualMachine:
 
             instr = Call("release", ("<release>", 0), free, kind="release",
                          small=self.inline_max > 0)
-            self.issue(instr, stream, writes=storages)
+            self._issue(instr, stream, (), storages)
 
 
 _vm: VirtualMachine | None = None

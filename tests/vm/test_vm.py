@@ -156,6 +156,7 @@ def test_pending_error_raised_by_synchronize(mode):
 def test_small_instruction_run_inline_raises_at_once(mode):
     """A small op on an idle stream runs on the issuing thread: its error raises right there,
     naming the op, with the user's line in the traceback."""
+    flow.synchronize()  # idle: nothing queued from earlier tests (e.g. releases)
     with pytest.raises(ValueError, match="test_failing: boom") as info:
         apply(_failing_opdef(), (flow.ones(3),), {})
     assert any(entry.name == "test_small_instruction_run_inline_raises_at_once"
