@@ -41,6 +41,11 @@ class ReduceOp(enum.Enum):
             found = None
         if found is not None:
             return found
+        # torch.distributed's ReduceOp members (sbpflow.distributed.ReduceOp) by name
+        found = _TORCH_NAMES.get(getattr(op, "name", None)) if isinstance(
+            getattr(op, "name", None), str) else None
+        if found is not None:
+            return found
         try:
             return cls(str(op).lower())
         except ValueError:
@@ -50,6 +55,8 @@ class ReduceOp(enum.Enum):
 
 
 _REDUCE_OPS = {**{o: o for o in ReduceOp}, **{o.value: o for o in ReduceOp}}
+_TORCH_NAMES = {"SUM": ReduceOp.SUM, "PRODUCT": ReduceOp.PROD, "MAX": ReduceOp.MAX,
+                "MIN": ReduceOp.MIN}
 
 
 def balanced_sizes(total: int, parts: int) -> tuple[int, ...]:

@@ -232,3 +232,30 @@ def test_init_checks_the_rendezvous(monkeypatch):
 def test_group_member_and_objects_pickle_as_plain_data():
     assert dist.group.WORLD is None and repr(dist.GroupMember.NON_GROUP_MEMBER)
     assert pickle.loads(pickle.dumps(dist.ReduceOp.MAX)) is dist.ReduceOp.MAX
+
+
+def test_flow_comm_accepts_torch_reduce_ops():
+    from sbpflow import comm
+
+    assert comm.ReduceOp.parse(dist.ReduceOp.PRODUCT) is comm.ReduceOp.PROD
+    assert comm.ReduceOp.parse(dist.ReduceOp.MIN) is comm.ReduceOp.MIN
+    with pytest.raises(ValueError, match="reduce op must be one of"):
+        comm.ReduceOp.parse(dist.ReduceOp.AVG)
+
+
+def test_launcher_sets_torchrun_rendezvous_variables(tmp_path, monkeypatch):
+    from sbpflow.distributed import launch
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node-a\nnode-b\n")
+    cmd = launch.build_command(2, str(hostfile), ["train.py"], mpiexec="/bin/mpiexec")
+    segments = " ".join(cmd[6:]).split(" : ")
+    assert len(segments) == 4
+    for rank, segment in enumerate(segments):
+        assert (f"-env GROUP_RANK {rank // 2} -env MASTER_ADDR node-a -env MASTER_PORT 29500 "
+                in segment), segment
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    cmd = launch.build_command(1, None, ["train.py"], mpiexec="/bin/mpiexec")
+    assert "-env MASTER_ADDR 127.0.0.1 -env MASTER_PORT 1234 " in " ".join(cmd)
