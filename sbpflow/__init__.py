@@ -64,4 +64,10 @@ from . import distributed  # noqa: E402  (publishes flow.comm.all_reduce and the
 # torch's device and backend namespaces (CPU only: no CUDA, no accelerator)
 from . import accelerator, amp, backends, cuda, onnx, random, testing, types  # noqa: E402
 from .amp import autocast  # noqa: E402
+from ._globals import (  # noqa: E402
+    are_deterministic_algorithms_enabled, finfo, get_float32_matmul_precision, get_num_threads,
+    iinfo, is_deterministic_algorithms_warn_only_enabled, is_nonzero, layout, numel,
+    set_float32_matmul_precision, set_num_threads, strided, typename,
+    use_deterministic_algorithms,
+)
 from .amp.autocast_mode import get_autocast_dtype, is_autocast_enabled  # noqa: E402

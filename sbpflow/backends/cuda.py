@@ -20,18 +20,26 @@ class cuBLASModule:  # noqa: N801 - torch's name
 
     def __init__(self):
         d = self.__dict__
-        d["allow_tf32"] = False
         d["allow_fp16_reduced_precision_reduction"] = True
         d["allow_bf16_reduced_precision_reduction"] = True
         d["allow_fp16_accumulation"] = False
 
     def __getattr__(self, name):
+        if name == "allow_tf32":  # torch: the float32 matmul precision is not "highest"
+            return _matmul_precision[0] != "highest"
         raise AttributeError(f"Unknown attribute {name}")
 
     def __setattr__(self, name, value):
         if name not in self._FLAGS:
             raise AttributeError(f"Unknown attribute {name}")
+        if name == "allow_tf32":
+            _matmul_precision[0] = "high" if value else "highest"
+            return
         self.__dict__[name] = value
+
+
+# torch.get/set_float32_matmul_precision's value, which matmul.allow_tf32 reads and writes
+_matmul_precision = ["highest"]
 
 
 matmul = cuBLASModule()

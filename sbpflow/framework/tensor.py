@@ -70,6 +70,24 @@ _MEMORY_FORMATS = {m.name: m for m in (contiguous_format, preserve_format, chann
                                        channels_last_3d)}
 
 
+class layout:  # noqa: N801 - torch's name
+    """torch.layout: sbpflow's tensors are all dense and strided."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return f"sbpflow.{self.name}"
+
+    def __reduce__(self):
+        return "strided"
+
+
+strided = layout("strided")
+
+
 def check_memory_format(op: str, t: Tensor, fmt, *, preserve_ok: bool = True) -> None:
     """Validate a memory_format= argument as torch does (type, and the rank channels_last
     formats need)."""
@@ -253,6 +271,7 @@ class Tensor:
     def is_meta(self) -> bool:
         return self._device.type == "meta"
 
+    layout = property(lambda self: strided, doc="sbpflow.strided: every tensor is dense")
     is_sparse = property(lambda self: False, doc="False: sbpflow has dense tensors only")
     is_sparse_csr = property(lambda self: False, doc="False: sbpflow has dense tensors only")
     is_quantized = property(lambda self: False, doc="False: sbpflow has no quantized tensors")

@@ -330,3 +330,91 @@ def test_memory_formats_accepted_same_values():
         memory_format=torch.channels_last)
     m = flow.nn.Conv2d(2, 3, 1).to(memory_format=flow.channels_last)
     np.testing.assert_allclose(m(x).detach().numpy().shape, (1, 3, 3, 4))
+
+
+# -- process-wide settings and small top-level helpers ----------------------------------------
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64"])
+def test_finfo_matches_torch(name):
+    ours, theirs = flow.finfo(getattr(flow, name)), torch.finfo(getattr(torch, name))
+    for attr in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution", "dtype"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert repr(ours) == repr(theirs)
+
+
+def test_iinfo_and_errors_match_torch():
+    for name in ("uint8", "int8", "int16", "int32", "int64"):
+        ours, theirs = flow.iinfo(getattr(flow, name)), torch.iinfo(getattr(torch, name))
+        assert (ours.bits, ours.min, ours.max, ours.dtype) == (
+            theirs.bits, theirs.min, theirs.max, theirs.dtype)
+        assert repr(ours) == repr(theirs)
+    assert repr(flow.finfo()) == repr(torch.finfo())
+    _same(lambda: flow.finfo(flow.int32), lambda: torch.finfo(torch.int32))
+    _same(lambda: flow.iinfo(flow.float32), lambda: torch.iinfo(torch.float32))
+
+
+def test_layout_and_small_helpers():
+    assert flow.zeros(2).layout is flow.strided
+    assert repr(flow.strided) == repr(torch.strided).replace("torch", "sbpflow")
+    assert isinstance(flow.strided, flow.layout)
+    assert flow.numel(flow.zeros(2, 3)) == torch.numel(torch.zeros(2, 3)) == 6
+    assert flow.is_nonzero(flow.tensor([1.0])) is torch.is_nonzero(torch.tensor([1.0])) is True
+    assert flow.is_nonzero(flow.tensor(0)) is torch.is_nonzero(torch.tensor(0)) is False
+    _same(lambda: flow.is_nonzero(flow.zeros(2)), lambda: torch.is_nonzero(torch.zeros(2)))
+    _same(lambda: flow.is_nonzero(flow.zeros(0)), lambda: torch.is_nonzero(torch.zeros(0)))
+    assert flow.typename(flow.zeros(1)) == "sbpflow.FloatTensor"
+    assert flow.typename(1) == torch.typename(1) == "int"
+    assert flow.typename(flow.nn.Linear(1, 1)) == torch.typename(torch.nn.Linear(1, 1)).replace(
+        "torch", "sbpflow")
+    assert str(flow.nn.Parameter(flow.ones(1))).startswith("Parameter containing:\n")
+
+
+def test_float32_matmul_precision_tracks_allow_tf32_like_torch():
+    matmul = flow.backends.cuda.matmul
+    try:
+        for lib, m in ((flow, matmul), (torch, torch.backends.cuda.matmul)):
+            assert lib.get_float32_matmul_precision() == "highest" and m.allow_tf32 is False
+            lib.set_float32_matmul_precision("high")
+            assert m.allow_tf32 is True
+            lib.set_float32_matmul_precision("medium")
+            assert lib.get_float32_matmul_precision() == "medium" and m.allow_tf32 is True
+            lib.set_float32_matmul_precision("highest")
+            assert m.allow_tf32 is False
+        # the legacy flag moves the precision (torch: allow_tf32 = True means "high")
+        matmul.allow_tf32 = True
+        assert flow.get_float32_matmul_precision() == "high"
+        matmul.allow_tf32 = False
+        assert flow.get_float32_matmul_precision() == "highest"
+        with pytest.warns(UserWarning, match="is not one of 'highest', 'high', or 'medium'"):
+            flow.set_float32_matmul_precision("fast")
+        assert flow.get_float32_matmul_precision() == "highest"
+    finally:
+        flow.set_float32_matmul_precision("highest")
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_deterministic_algorithms_flags():
+    try:
+        for lib in (flow, torch):
+            lib.use_deterministic_algorithms(True, warn_only=True)
+            assert lib.are_deterministic_algorithms_enabled() is True
+            assert lib.is_deterministic_algorithms_warn_only_enabled() is True
+            lib.use_deterministic_algorithms(False)
+            assert lib.are_deterministic_algorithms_enabled() is False
+        _same(lambda: flow.use_deterministic_algorithms("x"),
+              lambda: torch.use_deterministic_algorithms("x"))
+    finally:
+        flow.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(False)
+
+
+def test_num_threads(monkeypatch):
+    monkeypatch.delenv("SBPFLOW_BLAS_THREADS", raising=False)
+    assert flow.get_num_threads() >= 1
+    _same(lambda: flow.set_num_threads(0), lambda: torch.set_num_threads(0))
+    old = flow.get_num_threads()
+    try:
+        flow.set_num_threads(1)
+        assert flow.get_num_threads() == 1
+        np.testing.assert_allclose((flow.ones(8, 8) @ flow.ones(8, 8)).numpy(), 8.0)
+    finally:
+        flow.set_num_threads(old)

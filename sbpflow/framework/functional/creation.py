@@ -154,7 +154,7 @@ def ones(*size, dtype=None, device=None,
 
 
 def empty(*size, dtype=None, device=None,
-          placement=None, sbp=None, requires_grad=False) -> Tensor:
+          placement=None, sbp=None, requires_grad=False, memory_format=None) -> Tensor:
     return zeros(*size, dtype=dtype, device=device, placement=placement, sbp=sbp,
                  requires_grad=requires_grad)
 
