@@ -803,28 +803,72 @@ def _batch_prefix(shape, k):
     return f"(Batch element {k}): " if len(shape) > 2 else ""
 
 
-def _first_zero_pivot(m):
-    """1-based index of the first exactly-zero pivot of LU with partial pivoting, or 0.
-    Only on the error path (one matrix), so a loop over columns is fine."""
-    u = np.array(m, dtype=np.float64, copy=True)
-    n = u.shape[0]
+def _lu_info(x):
+    """Per matrix: the 1-based index of the first exactly-zero pivot of LU with partial
+    pivoting (LAPACK getrf's info), 0 where there is none.  A loop over the columns,
+    vectorised over the batch; only run when NumPy reported a singular matrix."""
+    u = np.array(x.reshape((-1,) + x.shape[-2:]), copy=True)
+    nb, n = u.shape[0], u.shape[-1]
+    info = np.zeros(nb, np.int32)
+    rows = np.arange(nb)
     for k in range(n):
-        p = k + int(np.argmax(np.abs(u[k:, k])))
-        if u[p, k] == 0:
-            return k + 1
-        u[[k, p]] = u[[p, k]]
-        u[k + 1:, k:] -= np.outer(u[k + 1:, k] / u[k, k], u[k, k:])
-    return 0
+        p = k + np.argmax(np.abs(u[:, k:, k]), axis=1)
+        piv = u[rows, p, k]
+        zero = piv == 0
+        info[zero & (info == 0)] = k + 1
+        row_k = u[rows, k].copy()
+        u[rows, k] = u[rows, p]
+        u[rows, p] = row_k
+        # A zero pivot has a zero column below it: nothing to eliminate (factor 0).
+        f = u[:, k + 1:, k] / np.where(zero, 1, piv)[:, None]
+        u[:, k + 1:, k:] -= f[:, :, None] * u[:, None, k, k:]
+    return info.reshape(x.shape[:-2])
 
 
-def _singular_error(name, x, text):
+def _cholesky_info(x):
+    """Per matrix: the order of the first leading minor that is not positive-definite (LAPACK
+    potrf's info, 0 where none) and the factor as potf2 leaves it (columns before the failing
+    one factored, the failing pivot updated, the rest of the lower triangle untouched).  A loop
+    over the columns, vectorised over the batch; only run when NumPy reported a failure."""
+    a = x.reshape((-1,) + x.shape[-2:])
+    nb, n = a.shape[0], a.shape[-1]
+    lo = np.tril(a).copy()
+    info = np.zeros(nb, np.int32)
+    for j in range(n):
+        live = info == 0
+        d = a[:, j, j] - np.sum(lo[:, j, :j] ** 2, axis=1)
+        bad = live & ~(d > 0)
+        info[bad] = j + 1
+        lo[bad, j, j] = d[bad]
+        ok = live & (d > 0)
+        ljj = np.sqrt(np.where(ok, d, 1))
+        below = (a[:, j + 1:, j] - np.einsum("bik,bk->bi", lo[:, j + 1:, :j], lo[:, j, :j])
+                 ) / ljj[:, None]
+        lo[ok, j, j] = ljj[ok]
+        lo[ok, j + 1:, j] = below[ok]
+    return info.reshape(x.shape[:-2]), lo.reshape(x.shape)
+
+
+def _first_failure(info):
+    """(batch index, info) of the first failed matrix, or None."""
+    flat = info.reshape(-1)
+    bad = np.flatnonzero(flat)
+    return None if bad.size == 0 else (int(bad[0]), int(flat[bad[0]]))
+
+
+def _singular_error(name, x, text, info=None):
     """LinAlgError naming the first singular matrix of the batch (error path only)."""
-    flat = x.reshape((-1,) + x.shape[-2:])
-    for k, m in enumerate(flat):
-        pivot = _first_zero_pivot(m)
-        if pivot or not np.all(np.isfinite(m)):
-            return _la_error(name, _batch_prefix(x.shape, k) + text(pivot), LinAlgError)
-    return _la_error(name, text(0), LinAlgError)
+    info = _lu_info(x) if info is None else info
+    first = _first_failure(info)
+    k, pivot = first if first is not None else (0, 0)
+    return _la_error(name, _batch_prefix(x.shape, k) + text(pivot), LinAlgError)
+
+
+def _not_pd_error(name, shape, info):
+    k, order = _first_failure(info)
+    return _la_error(name, _batch_prefix(shape, k) + (
+        "The factorization could not be completed because the input is not positive-definite "
+        f"(the leading minor of order {order} is not positive-definite)."), LinAlgError)
 
 
 def _square_samples(rng, dtype=np.float64):
@@ -1055,17 +1099,7 @@ def _cholesky_kernel(ctx, a, upper):
     try:
         lo = np.linalg.cholesky(x)  # reads the lower triangle, as torch does
     except np.linalg.LinAlgError:
-        flat = x.reshape((-1,) + x.shape[-2:])
-        for k, m in enumerate(flat):  # the error path only: find the matrix and its minor
-            for order in range(1, m.shape[0] + 1):
-                try:
-                    np.linalg.cholesky(m[:order, :order])
-                except np.linalg.LinAlgError:
-                    raise _la_error("linalg.cholesky", _batch_prefix(x.shape, k) + (
-                        "The factorization could not be completed because the input is not "
-                        f"positive-definite (the leading minor of order {order} is not "
-                        "positive-definite)."), LinAlgError) from None
-        raise
+        raise _not_pd_error("linalg.cholesky", x.shape, _cholesky_info(x)[0]) from None
     return _device(ctx, np.swapaxes(lo, -1, -2) if upper else lo)
 
 
@@ -1353,5 +1387,101 @@ register(OpDef(
         Sample(_rand(rng, 2, 3, 3), mode="complete"),
         Sample(_rand(rng, 5, 3), mode="r", grad=False),
         Sample(_rand(rng, 2, 4, 3, dtype=np.float32), rtol=1e-4, atol=1e-5),
+    ],
+))
+
+
+# -- inv_ex, cholesky_ex --------------------------------------------------------------------
+# The same factorisations returning LAPACK's `info` per matrix (int32) instead of raising:
+# 0 for success, else the failing pivot (inv) or leading minor (cholesky).  The fast path is
+# the batched NumPy call; only when it fails do the column loops above find each info.
+def _inv_ex_meta(a, check_errors):
+    _check_matrix("linalg.inv", a)
+    return a, TensorMeta(a.shape[:-2], dt.int32)
+
+
+def _inv_ex_kernel(ctx, a, check_errors):
+    x = _host(ctx, a)
+    try:
+        return _device(ctx, np.linalg.inv(x), 0), _device(ctx, np.zeros(x.shape[:-2]), 1)
+    except np.linalg.LinAlgError:
+        pass
+    info = _lu_info(x)
+    if check_errors:
+        raise _singular_error("linalg.inv_ex", x, lambda k: (
+            f"The diagonal element {k} is zero, the inversion could not be completed because "
+            "the input matrix is singular."), info)
+    # Invertible matrices get their inverse; singular ones NaN (torch: what LAPACK left).
+    flat = x.reshape((-1,) + x.shape[-2:])
+    good = info.reshape(-1) == 0
+    out = np.full(flat.shape, np.nan, flat.dtype)
+    if good.any():
+        out[good] = np.linalg.inv(flat[good])
+    return _device(ctx, out.reshape(x.shape), 0), _device(ctx, info, 1)
+
+
+register(OpDef(
+    "linalg_inv_ex",
+    inputs=("A",),
+    outputs=("inverse", "info"),
+    attrs={"check_errors": Attr("bool", False)},
+    infer_meta=_inv_ex_meta,
+    kernel=_inv_ex_kernel,
+    saves=("inverse",),
+    grad=lambda ctx, g, g_info: _inv_grad(ctx, g),
+    sbp=_batch_sbp(2),
+    reference=lambda torch, a, check_errors=False: torch.linalg.inv_ex(
+        a, check_errors=check_errors),
+    samples=lambda rng: [
+        Sample(_square_samples(rng)(2, 3, 3)),
+        Sample(_square_samples(rng)(4, 4), check_errors=True),
+        Sample(_square_samples(rng, np.float32)(3, 2, 2)),
+    ],
+))
+
+
+def _cholesky_ex_meta(a, upper, check_errors):
+    _check_matrix("linalg.cholesky", a)
+    return a, TensorMeta(a.shape[:-2], dt.int32)
+
+
+def _cholesky_ex_kernel(ctx, a, upper, check_errors):
+    x = _host(ctx, a)
+    try:
+        lo, info = np.linalg.cholesky(x), np.zeros(x.shape[:-2], np.int32)
+    except np.linalg.LinAlgError:
+        info, lo = _cholesky_info(x)
+        if check_errors:
+            raise _not_pd_error("linalg.cholesky_ex", x.shape, info) from None
+        flat, lo_flat = x.reshape((-1,) + x.shape[-2:]), lo.reshape((-1,) + x.shape[-2:])
+        good = info.reshape(-1) == 0
+        if good.any():  # LAPACK's factor for the matrices that have one
+            lo_flat[good] = np.linalg.cholesky(flat[good])
+    return _device(ctx, np.swapaxes(lo, -1, -2) if upper else lo, 0), _device(ctx, info, 1)
+
+
+def _cholesky_ex_grad(ctx, g, g_info):
+    return _cholesky_grad(ctx, g)
+
+
+register(OpDef(
+    "linalg_cholesky_ex",
+    inputs=("A",),
+    outputs=("L", "info"),
+    attrs={"upper": Attr("bool", False), "check_errors": Attr("bool", False)},
+    infer_meta=_cholesky_ex_meta,
+    kernel=_cholesky_ex_kernel,
+    saves=("L",),
+    grad=_cholesky_ex_grad,
+    sbp=_batch_sbp(2),
+    reference=lambda torch, a, upper=False, check_errors=False: torch.linalg.cholesky_ex(
+        a, upper=upper, check_errors=check_errors),
+    # float32 for gradients, as linalg_cholesky's samples.
+    samples=lambda rng: [
+        Sample(_spd(rng, 2, 3, 3, dtype=np.float32), rtol=1e-3, atol=1e-4),
+        Sample(_spd(rng, 4, 4, dtype=np.float32), upper=True, rtol=1e-3, atol=1e-4),
+        Sample(_spd(rng, 3, 2, 2), check_errors=True, grad=False),
+        # A batch with a failing matrix: info 3, its factor as potf2 leaves it.
+        Sample(np.stack([_spd(rng, 3, 3), np.diag([1.0, 2.0, -1.0])]), grad=False),
     ],
 ))

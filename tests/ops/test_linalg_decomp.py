@@ -521,7 +521,35 @@ def test_vander_tensorinv_tensorsolve():
            torch.linalg.tensorsolve(torch.tensor(a3), torch.tensor(b3), dims=(0,)))
 
 
-@pytest.mark.parametrize("name", ["eig", "eigvals", "lu_factor", "inv_ex", "cholesky_ex"])
+@pytest.mark.parametrize("name", ["eig", "eigvals", "lu_factor", "solve_ex"])
 def test_left_out_functions_say_so(name):
     with pytest.raises(NotImplementedError, match=f"linalg.{name}"):
         getattr(flow.linalg, name)(flow.eye(2))
+
+
+def test_inv_ex_and_cholesky_ex_report_info():
+    s = np.stack([np.eye(3), np.diag([1.0, 0.0, 2.0]), np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0],
+                                                                 [0.0, 1.0, 1.0]])])
+    inv, info = flow.linalg.inv_ex(flow.tensor(s))
+    tinv, tinfo = torch.linalg.inv_ex(torch.tensor(s))
+    assert info.dtype == flow.int32
+    _close(info, tinfo)
+    _close(inv[0], tinv[0])
+    assert np.isnan(inv.numpy()[1:]).all()
+    _same_error(lambda: flow.linalg.inv_ex(flow.tensor(s), check_errors=True),
+                lambda: torch.linalg.inv_ex(torch.tensor(s), check_errors=True), LinAlgError)
+    rng = np.random.default_rng(26)
+    n = np.stack([_spd(rng, 3, 3), np.diag([1.0, -1.0, 2.0]), np.diag([2.0, 3.0, 0.0])])
+    for upper in (False, True):
+        lo, info = flow.linalg.cholesky_ex(flow.tensor(n), upper=upper)
+        tlo, tinfo = torch.linalg.cholesky_ex(torch.tensor(n), upper=upper)
+        _close(info, tinfo)
+        _close(lo, tlo)  # the failing matrices' factors as LAPACK's potrf leaves them
+    _same_error(lambda: flow.linalg.cholesky_ex(flow.tensor(n), check_errors=True),
+                lambda: torch.linalg.cholesky_ex(torch.tensor(n), check_errors=True),
+                LinAlgError)
+    a = _spd(rng, 2, 3, 3)
+    _grads_match(lambda x: flow.linalg.cholesky_ex(x).L,
+                 lambda x: torch.linalg.cholesky_ex(x).L, [a])
+    _grads_match(lambda x: flow.linalg.inv_ex(x).inverse,
+                 lambda x: torch.linalg.inv_ex(x).inverse, [a])

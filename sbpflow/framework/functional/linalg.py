@@ -232,10 +232,23 @@ def linalg_qr(A, mode="reduced", *, out=None):
     return _qr_result(*call("linalg_qr", A, mode=mode))
 
 
+_inv_ex_result = _return_type("linalg_inv_ex", ["inverse", "info"])
+_cholesky_ex_result = _return_type("linalg_cholesky_ex", ["L", "info"])
+
+
 def linalg_inv_ex(A, *, check_errors=False, out=None):
-    raise NotImplementedError("linalg.inv_ex is not supported (its info output would need the "
-                              "kernel's result on the host); use linalg.inv, which raises "
-                              "sbpflow.linalg.LinAlgError for singular input")
+    """(inverse, info): info (int32) is 0 per invertible matrix, else the first zero pivot;
+    the inverse of a singular matrix is NaN."""
+    _no_out("linalg.inv_ex", out)
+    return _inv_ex_result(*call("linalg_inv_ex", A, check_errors=check_errors))
+
+
+def linalg_cholesky_ex(A, *, upper=False, check_errors=False, out=None):
+    """(L, info): info (int32) is 0 per positive-definite matrix, else the order of the first
+    leading minor that is not positive-definite."""
+    _no_out("linalg.cholesky_ex", out)
+    return _cholesky_ex_result(*call("linalg_cholesky_ex", A, upper=upper,
+                                     check_errors=check_errors))
 
 
 # -- norms ----------------------------------------------------------------------------------
@@ -674,9 +687,7 @@ LINALG = {
     "lu_solve": _not_supported("lu_solve", "not implemented yet"),
     "ldl_factor": _not_supported("ldl_factor", "not implemented yet"),
     "householder_product": _not_supported("householder_product", "not implemented yet"),
-    "cholesky_ex": _not_supported("cholesky_ex", "use linalg.cholesky, which raises "
-                                  "sbpflow.linalg.LinAlgError for input that is not "
-                                  "positive-definite"),
+    "cholesky_ex": linalg_cholesky_ex,
     "solve_ex": _not_supported("solve_ex", "use linalg.solve, which raises "
                                "sbpflow.linalg.LinAlgError for singular input"),
 }
