@@ -361,6 +361,9 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     and gets the tensors as global tensors broadcast over all ranks, ready for
     `load_state_dict` of a global module (copying into a parameter boxes to its SBP).
     """
+    if isinstance(map_location, dict):  # {"cuda:0": "cpu"}: fine when everything maps to cpu
+        if all(str(v) == "cpu" for v in map_location.values()):
+            map_location = "cpu"
     if map_location not in (None, "cpu") and str(map_location) != "cpu":
         raise NotImplementedError(f"load(): map_location={map_location!r}: only 'cpu' for now")
     if weights_only is None:  # torch's rule: a pickle_module given means a full unpickle

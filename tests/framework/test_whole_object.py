@@ -286,3 +286,12 @@ def test_whole_optimizer_round_trip_continues_identically():
         o.step()
     np.testing.assert_array_equal(got["m"].weight.detach().numpy(), m.weight.detach().numpy())
     assert got["opt"].param_groups[0]["params"][0] is got["m"].weight
+
+
+def test_map_location_to_cpu_forms():
+    data = _saved({"w": flow.ones(2)})
+    for where in ("cpu", flow.device("cpu"), {"cuda:0": "cpu"}, None):
+        np.testing.assert_array_equal(flow.load(io.BytesIO(data), map_location=where)["w"]
+                                      .numpy(), [1.0, 1.0])
+    with pytest.raises(NotImplementedError, match="map_location"):
+        flow.load(io.BytesIO(data), map_location={"cpu": "cuda:0"})
