@@ -80,6 +80,12 @@ CONV_CASES = [
     ("ConvTranspose3d", lambda m: m.ConvTranspose3d(2, 4, (2, 3, 2), stride=(2, 1, 2),
                                                     groups=2, output_padding=(1, 0, 0)),
      (1, 2, 3, 4, 3)),
+    # output_padding >= stride is allowed below the dilation
+    ("ConvTranspose2d-outpad-dilation", lambda m: m.ConvTranspose2d(
+        2, 3, 3, stride=(1, 2), dilation=(2, 1), output_padding=(1, 1), padding=(2, 1)),
+     (1, 2, 4, 5)),
+    ("ConvTranspose1d-outpad-dilation", lambda m: m.ConvTranspose1d(
+        2, 4, 3, stride=2, dilation=3, output_padding=2, padding=1, groups=2), (2, 2, 5)),
 ]
 
 
@@ -127,6 +133,9 @@ def test_conv_argument_errors():
         nn.Conv1d(2, 2, 3, padding="full")
     with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
         nn.ConvTranspose1d(3, 4, 3, groups=2)
+    with pytest.raises(RuntimeError, match="smaller than either stride or dilation"):
+        F.conv_transpose1d(flow.ones(1, 2, 4), flow.ones(2, 2, 3), stride=2, dilation=2,
+                           output_padding=2)
 
 
 def test_conv_forward_override_as_in_torch():

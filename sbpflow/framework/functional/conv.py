@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...ops.conv import conv_tuple
 from ..tensor import Tensor
 from ._base import call
-from .shape import reshape
+from .shape import narrow, pad, reshape
 
 
 def _require_tensor(name: str, arg: str, x) -> None:
@@ -106,22 +106,36 @@ def _conv_transpose(n, input, weight, bias, stride, padding, output_padding, gro
                            f"output_padding non-negative, got stride={list(s)}, "
                            f"padding={list(p)}, output_padding={list(op_)}, "
                            f"dilation={list(d)}")
-    for oi, si in zip(op_, s, strict=True):
-        # Only output_padding < stride keeps the transposed size invertible by the forward
-        # convolution, which the input-gradient op requires (torch also accepts
-        # output_padding < dilation; that case is not supported here).
-        if oi >= si:
-            raise RuntimeError(f"{name}(): output padding must be smaller than stride, but got "
-                               f"output_padding={list(op_)} and stride={list(s)} (dilation="
-                               f"{list(d)})")
+    for oi, si, di in zip(op_, s, d, strict=True):
+        if oi >= si and oi >= di:
+            raise RuntimeError(f"{name}(): output padding must be smaller than either stride "
+                               f"or dilation, but got output_padding={list(op_)}, "
+                               f"stride={list(s)}, dilation={list(d)}")
     kernel = tuple(weight.shape[2:])
     size = tuple((i - 1) * si - 2 * pi + di * (ki - 1) + oi + 1 for i, si, pi, di, ki, oi in
                  zip(tuple(x.shape[2:]), s, p, d, kernel, op_, strict=True))
     if any(v <= 0 for v in size):
         raise RuntimeError(f"{name}(): Given input size per channel: {list(x.shape[2:])}, "
                            f"the calculated output size {list(size)} is too small")
-    out = call("conv_input_grad", x, weight, input_size=size, stride=s, padding=p, dilation=d,
-               groups=groups)
+    if all(oi < si for oi, si in zip(op_, s, strict=True)):
+        # The forward convolution of an input of this size gives back x's size: the
+        # transposed convolution is exactly its input gradient.
+        out = call("conv_input_grad", x, weight, input_size=size, stride=s, padding=p,
+                   dilation=d, groups=groups)
+    else:
+        # output_padding >= stride (allowed below the dilation): the unpadded transposed
+        # output, cropped by the padding in front and zero-filled past its reach behind.
+        full = tuple((i - 1) * si + di * (ki - 1) + 1 for i, si, di, ki in
+                     zip(tuple(x.shape[2:]), s, d, kernel, strict=True))
+        out = call("conv_input_grad", x, weight, input_size=full, stride=s, padding=0,
+                   dilation=d, groups=groups)
+        widths = []
+        for axis in range(n):
+            keep = min(size[axis], full[axis] - p[axis])
+            out = narrow(out, 2 + axis, p[axis], keep)
+            widths = [0, size[axis] - keep] + widths  # F.pad lists the last axis first
+        if any(widths):
+            out = pad(out, widths)
     out = _add_bias(name, out, bias, weight, weight.shape[1] * groups, n)
     return _unbatched(out, unbatched)
 
