@@ -18,7 +18,8 @@ scanning the window taps in torch's order; its gradient scatters into those indi
 divides window sums by a divisor map built on the host from shapes alone; its adjoint
 `avg_pool_grad` spreads with `windows_add`.  Adaptive
 average pooling is separable: one host-built averaging matrix per spatial axis, one matmul per
-axis.
+axis.  Adaptive max pooling gathers each (uneven) window through a host-built index map and
+scans it like max pooling; its gradient is max pooling's scatter (`max_pool_grad`).
 
 The ops take batched input (N, C, *spatial); the functional layer adds and removes the batch
 axis of unbatched calls, as torch does.

@@ -1,5 +1,5 @@
-"""NN ops: activations, the softmax family, layer norm, dropout, linear, embedding, one_hot and
-the loss cores (nll_loss, binary_cross_entropy).
+"""NN ops: activations, the softmax family, layer norm, dropout, linear, embedding,
+embedding_bag, one_hot and the loss cores (nll_loss, binary_cross_entropy, ctc_loss).
 
 The hot ops (relu, gelu, softmax, log_softmax, layer_norm, nll_loss) run as one kernel each;
 their grads are written with ops so double backward works.  Where a backward is itself hot or
