@@ -139,9 +139,91 @@ def _plan(kind: str, in_size: int, out_size: int, scale, align_corners: bool, np
 
 
 def _plans(kind, in_spatial, out_spatial, scales, align_corners, cdt, shortcuts):
+    """[(plan key, plan)] per axis; the key also names the axis' dense map (_matrix)."""
     scales = scales if scales is not None else (None,) * len(in_spatial)
-    return [_plan(kind, i, o, s, bool(align_corners), cdt.np, shortcuts)
+    keys = [(kind, i, o, s, bool(align_corners), cdt.np, shortcuts)
             for i, o, s in zip(in_spatial, out_spatial, scales, strict=True)]
+    return [(key, _plan(*key)) for key in keys]
+
+
+@functools.lru_cache(maxsize=512)
+def _run_bounds(idx: bytes, in_size: int):
+    """For a nondecreasing index row: (starts, ends) with output positions
+    [starts[i], ends[i]) reading input i."""
+    row = np.frombuffer(idx, dtype=np.int64)
+    if np.any(np.diff(row) < 0):
+        raise AssertionError("resample plan indices must be nondecreasing")
+    targets = np.arange(in_size)
+    return (np.searchsorted(row, targets, "left").astype(np.int64),
+            np.searchsorted(row, targets, "right").astype(np.int64))
+
+
+# An axis whose (out, in) map has at most this many entries is resampled by one matmul with
+# the dense map: BLAS runs the few extra multiply-adds by zero faster than NumPy runs the
+# per-tap gathers, weighting and sums (or, for the adjoint, the prefix sums).
+_DENSE_MAX = 1 << 17
+
+
+def _dense_ok(in_size: int, out_size: int) -> bool:
+    return in_size * out_size <= _DENSE_MAX
+
+
+@functools.lru_cache(maxsize=256)
+def _matrix(key: tuple, transpose: bool = False) -> np.ndarray:
+    """The (out, in) map of the axis with plan key `key` (float64 holding the plan's
+    weights), or its transpose."""
+    idx, w = _plan(*key)
+    in_size, out = key[1], idx.shape[1]
+    m = np.zeros((out, in_size))
+    rows = np.arange(out)
+    for t in range(idx.shape[0]):
+        np.add.at(m, (rows, idx[t]), 1.0 if w is None else w[t].astype(np.float64))
+    m = np.ascontiguousarray(m.T if transpose else m)
+    m.setflags(write=False)
+    return m
+
+
+def _reshape(ctx, a, shape):
+    try:
+        return ctx.prims.reshape(a, tuple(shape))
+    except (ValueError, AttributeError):
+        return ctx.prims.reshape(ctx.prims.contiguous(a), tuple(shape))
+
+
+def _matmul_axis(ctx, x, shape, axis, m, cdt):
+    """Multiply axis `axis` of x (shape `shape`) by host matrix m (new, size)."""
+    lead, size, rest = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    if axis == len(shape) - 1:  # (lead, size) @ (size, new)
+        y = ctx.prims.matmul(_reshape(ctx, x, (lead, size)),
+                             ctx.prims.from_host(np.ascontiguousarray(m.T), cdt))
+    else:
+        # (new, size) @ (size, lead * rest) as one GEMM, the axis moved to the front and back:
+        # NumPy runs a matrix broadcast against a stack of matrices without BLAS, ~20x slower
+        # than the two copies.
+        xt = ctx.prims.permute(_reshape(ctx, x, (lead, size, rest)), (1, 0, 2))
+        xt = ctx.prims.reshape(ctx.prims.contiguous(xt), (size, lead * rest))
+        y = ctx.prims.matmul(ctx.prims.from_host(m, cdt), xt)
+        y = ctx.prims.permute(ctx.prims.reshape(y, (m.shape[0], lead, rest)), (1, 0, 2))
+        y = ctx.prims.contiguous(y)
+    return ctx.prims.reshape(y, tuple(shape[:axis]) + (m.shape[0],) + tuple(shape[axis + 1:]))
+
+
+def _along(axis, index):
+    return (slice(None),) * axis + (index,)
+
+
+def _gather_all(ctx, x, plans):
+    """Nearest resampling of every axis at once: one gather with an outer-product index
+    (an axis left alone is indexed by arange: advanced indices split by a slice would move
+    to the front)."""
+    n = len(plans)
+    key = [slice(None), slice(None)]
+    for i, plan in enumerate(plans):
+        row = np.arange(ctx.in_metas[0].shape[2 + i]) if plan is None else plan[0][0]
+        shape = [1] * n
+        shape[i] = row.shape[0]
+        key.append(ctx.prims.from_host(row.reshape(shape), dt.int64))
+    return ctx.prims.index(x, tuple(key))
 
 
 def _gather_axis(ctx, x, axis, plan, cdt):
@@ -151,34 +233,38 @@ def _gather_axis(ctx, x, axis, plan, cdt):
     bshape = (out,) + (1,) * (len(ctx.in_metas[0].shape) - 1 - axis)
     acc = None
     for t in range(idx.shape[0]):
-        key = (slice(None),) * axis + (ctx.prims.from_host(idx[t], dt.int64),)
-        v = ctx.prims.index(x, key)
+        v = ctx.prims.index(x, _along(axis, ctx.prims.from_host(idx[t], dt.int64)))
         if w is not None:
             v = ctx.prims.binary("mul", v, ctx.prims.from_host(w[t].reshape(bshape), cdt))
         acc = v if acc is None else ctx.prims.binary("add", acc, v)
     return acc
 
 
-def _scatter_axis(ctx, g, shape, axis, plan, in_size, cdt):
-    """The adjoint of _gather_axis: add each tap's weighted cotangent into its input row."""
+def _adjoint_axis(ctx, g, axis, plan, in_size, adt):
+    """The adjoint of _gather_axis, in accumulation dtype adt.
+
+    Each tap's indices are nondecreasing, so the output positions feeding one input are a
+    run: its sum is the difference of two prefix sums at the run's ends.  Two gathers per
+    tap, no scatter and no per-element index array; adt is float64 so the differences of
+    prefix sums lose nothing that matters.
+    """
     idx, w = plan
-    ndim = len(shape)
-    out = shape[axis]
-    perm = tuple(i for i in range(ndim) if i != axis) + (axis,)
-    lead = tuple(shape[i] for i in perm[:-1])
-    rows = math.prod(lead)
-    gp = ctx.prims.reshape(ctx.prims.contiguous(ctx.prims.permute(g, perm)), (rows, out))
-    dst = ctx.prims.full((rows, in_size), cdt, 0)
+    ndim = len(ctx.in_metas[0].shape)
+    bshape = (idx.shape[1],) + (1,) * (ndim - 1 - axis)
+    widths = ((0, 0),) * axis + ((1, 0),) + ((0, 0),) * (ndim - 1 - axis)
+    acc = None
     for t in range(idx.shape[0]):
-        src = gp
+        v = g
         if w is not None:
-            src = ctx.prims.binary("mul", gp, ctx.prims.from_host(w[t], cdt))
-        index = ctx.prims.contiguous(
-            ctx.prims.broadcast_to(ctx.prims.from_host(idx[t], dt.int64), (rows, out)))
-        dst = ctx.prims.scatter(dst, 1, index, ctx.prims.contiguous(src), "add")
-    dst = ctx.prims.reshape(dst, lead + (in_size,))
-    inverse = tuple(int(i) for i in np.argsort(perm))
-    return ctx.prims.contiguous(ctx.prims.permute(dst, inverse))
+            v = ctx.prims.binary("mul", g, ctx.prims.from_host(w[t].reshape(bshape), adt))
+        prefix = ctx.prims.pad(ctx.prims.scan("cumsum", v, axis, adt), widths, "constant", 0)
+        starts, ends = _run_bounds(np.ascontiguousarray(idx[t], dtype=np.int64).tobytes(),
+                                   in_size)
+        hi = ctx.prims.index(prefix, _along(axis, ctx.prims.from_host(ends, dt.int64)))
+        lo = ctx.prims.index(prefix, _along(axis, ctx.prims.from_host(starts, dt.int64)))
+        part = ctx.prims.binary("sub", hi, lo)
+        acc = part if acc is None else ctx.prims.binary("add", acc, part)
+    return acc
 
 
 # -- upsampling ops -------------------------------------------------------------------------
@@ -269,16 +355,23 @@ def _upsample_kernel(name):
         want = ctx.out_metas[0].dtype
         kind = _kind_of(name, {"exact": exact})
         cdt = want if kind.startswith("nearest") else _compute_dtype(want)
-        plans = _plans(kind, xm.shape[2:], tuple(output_size), scales, align_corners, cdt,
+        keyed = _plans(kind, xm.shape[2:], tuple(output_size), scales, align_corners, cdt,
                        shortcuts=xm.ndim == 4)
+        plans = [plan for _, plan in keyed]
+        if all(plan is None for plan in plans):
+            return ctx.prims.contiguous(x)
+        if kind.startswith("nearest"):
+            return _gather_all(ctx, x, plans)
         y = _to(ctx, x, xm.dtype, cdt)
-        done = False
-        for i, plan in enumerate(plans):
-            if plan is not None:
+        shape = tuple(xm.shape)
+        for i, (key, plan) in enumerate(keyed):
+            if plan is None:
+                continue
+            if _dense_ok(shape[2 + i], output_size[i]):
+                y = _matmul_axis(ctx, y, shape, 2 + i, _matrix(key), cdt)
+            else:
                 y = _gather_axis(ctx, y, 2 + i, plan, cdt)
-                done = True
-        if not done:
-            y = ctx.prims.contiguous(y)
+            shape = shape[:2 + i] + (output_size[i],) + shape[3 + i:]
         return _to(ctx, y, cdt, want)
 
     return kernel
@@ -292,23 +385,30 @@ def _upsample_grad_kernel(name):
         want = ctx.out_metas[0].dtype
         cdt = _compute_dtype(want)
         kind = _kind_of(fwd, {"exact": exact})
-        plans = _plans(kind, tuple(input_size), gm.shape[2:], scales, align_corners, cdt,
+        keyed = _plans(kind, tuple(input_size), gm.shape[2:], scales, align_corners, cdt,
                        shortcuts=True)
+        plans = [plan for _, plan in keyed]
         if kind == "cubic" and tuple(input_size) == tuple(gm.shape[2:]):
             # torch's bicubic backward copies when the sizes agree, whatever the scales
             # (its forward still resamples): copy torch.
             plans = [None] * len(plans)
-        y = _to(ctx, g, gm.dtype, cdt)
+        if all(plan is None for plan in plans):
+            return ctx.prims.contiguous(g)
+        out = tuple(gm.shape[2:])
+        dense = [plan is None or _dense_ok(n, o)
+                 for plan, n, o in zip(plans, input_size, out, strict=True)]
+        adt = cdt if all(dense) else dt.float64  # prefix sums run in float64
+        y = _to(ctx, g, gm.dtype, adt)
         shape = tuple(gm.shape)
-        done = False
         for i, plan in enumerate(plans):
-            if plan is not None:
-                y = _scatter_axis(ctx, y, shape, 2 + i, plan, input_size[i], cdt)
-                shape = shape[:2 + i] + (input_size[i],) + shape[3 + i:]
-                done = True
-        if not done:
-            y = ctx.prims.contiguous(y)
-        return _to(ctx, y, cdt, want)
+            if plan is None:
+                continue
+            if dense[i]:
+                y = _matmul_axis(ctx, y, shape, 2 + i, _matrix(keyed[i][0], True), adt)
+            else:
+                y = _adjoint_axis(ctx, y, 2 + i, plan, input_size[i], adt)
+            shape = shape[:2 + i] + (input_size[i],) + shape[3 + i:]
+        return _to(ctx, y, adt, want)
 
     return kernel
 

@@ -13,6 +13,7 @@ import torch.nn.functional as TF
 import sbpflow as flow
 import sbpflow.nn as nn
 import sbpflow.nn.functional as F
+from sbpflow.ops import resample as resample_ops
 
 _RANKS = {"linear": (3,), "bilinear": (4,), "trilinear": (5,), "bicubic": (4,)}
 _NO_CORNERS = ("nearest", "nearest-exact", "area")
@@ -48,8 +49,17 @@ def _close(ours, theirs, tol):
     np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)
 
 
+@pytest.fixture(params=["dense", "sparse"])
+def axis_path(request, monkeypatch):
+    """Run a test on both kernels: small axes multiply by the dense per-axis map, large ones
+    gather per tap (forward) and difference prefix sums (gradient)."""
+    if request.param == "sparse":
+        monkeypatch.setattr(resample_ops, "_DENSE_MAX", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("mode,ndim,ac", _CASES)
-def test_interpolate_matches_torch(mode, ndim, ac):
+def test_interpolate_matches_torch(mode, ndim, ac, axis_path):
     rng = np.random.default_rng(ndim)
     for kw in _SIZES + _per_axis(ndim):
         for shape in _shapes(ndim):
@@ -75,6 +85,26 @@ def test_interpolate_float32_matches_torch(mode, ndim, ac):
         fy = F.interpolate(flow.tensor(x), mode=mode, align_corners=ac, **kw)
         assert fy.dtype == flow.float32
         _close(fy, ty, 1e-5)
+
+
+@pytest.mark.parametrize("mode,shape,size", [
+    ("linear", (1, 2, 300), (520,)), ("linear", (1, 2, 520), (300,)),
+    ("nearest", (1, 2, 300), (520,)), ("nearest-exact", (1, 2, 520), (301,)),
+    ("bicubic", (1, 2, 3, 400), (5, 700)), ("trilinear", (1, 1, 2, 3, 500), (3, 2, 310)),
+])
+def test_interpolate_large_axes(mode, shape, size):
+    """Axes past the dense-map limit: the gather and prefix-sum kernels, left to themselves."""
+    assert shape[-1] * size[-1] > resample_ops._DENSE_MAX
+    rng = np.random.default_rng(8)
+    for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
+        x = rng.standard_normal(shape).astype(dtype)
+        tx, fx = torch.tensor(x, requires_grad=True), flow.tensor(x, requires_grad=True)
+        ty, fy = TF.interpolate(tx, size=size, mode=mode), F.interpolate(fx, size=size, mode=mode)
+        _close(fy, ty, tol)
+        c = rng.standard_normal(tuple(ty.shape)).astype(dtype)
+        ty.backward(torch.tensor(c))
+        fy.backward(flow.tensor(c))
+        _close(fx.grad, tx.grad, tol)
 
 
 def test_interpolate_large_odd_ratios_pick_torch_pixels():
