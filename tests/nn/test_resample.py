@@ -180,6 +180,9 @@ def _raises_like_torch(call_t, call_f, x=None, *args, **kwargs):
     (dict(scale_factor=-1.0, mode="bilinear"), (1, 2, 3, 4)),
     (dict(scale_factor=2), (2, 0, 4)),
     (dict(scale_factor=2, mode="lanczos"), (1, 2, 4, 4)),
+    (dict(scale_factor="2"), (1, 2, 4, 4)),
+    (dict(scale_factor=(2, None)), (1, 2, 4, 4)),
+    (dict(size=4.0), (1, 2, 4, 4)),
 ])
 def test_interpolate_bad_input_raises_torch_type(kwargs, shape):
     _raises_like_torch(TF.interpolate, F.interpolate, np.ones(shape), **kwargs)

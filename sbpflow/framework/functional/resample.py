@@ -37,6 +37,15 @@ def _is_integer(x) -> bool:
     return isinstance(x, int) or type(x).__name__.startswith("int")
 
 
+def _scale(value) -> float:
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, (int, float)) or type(value).__name__.startswith(("int", "float")):
+        return float(value)
+    raise TypeError(f"interpolate(): scale_factor must be a number or a sequence of numbers, "
+                    f"not {type(value).__name__} ({value!r})")
+
+
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     _require_tensor("interpolate", "input", input)
@@ -76,9 +85,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
                     f"but got input with spatial dimensions of {spatial} and scale_factor of "
                     f"shape {scale_factor}. Please provide input tensor in (N, C, d1, d2, "
                     "...,dK) format and scale_factor in (s1, s2, ...,sK) format.")
-            scale_factors = [float(s) for s in scale_factor]
+            scale_factors = [_scale(s) for s in scale_factor]
         else:
-            scale_factors = [float(scale_factor)] * dim
+            scale_factors = [_scale(scale_factor)] * dim
     else:
         raise ValueError("either size or scale_factor should be defined")
 
