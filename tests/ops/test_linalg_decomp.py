@@ -553,3 +553,17 @@ def test_inv_ex_and_cholesky_ex_report_info():
                  lambda x: torch.linalg.cholesky_ex(x).L, [a])
     _grads_match(lambda x: flow.linalg.inv_ex(x).inverse,
                  lambda x: torch.linalg.inv_ex(x).inverse, [a])
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_and_inverse(upper):
+    rng = np.random.default_rng(27)
+    a = _spd(rng, 2, 3, 3)
+    factor = torch.linalg.cholesky(torch.tensor(a), upper=upper).numpy()
+    b = rng.standard_normal((2, 3, 4))
+    _grads_match(lambda x, y: flow.cholesky_solve(x, y, upper),
+                 lambda x, y: torch.cholesky_solve(x, y, upper), [b, factor])
+    _grads_match(lambda x, y: x.cholesky_solve(y, upper),
+                 lambda x, y: x.cholesky_solve(y, upper), [b, factor])
+    _grads_match(lambda x: flow.cholesky_inverse(x, upper),
+                 lambda x: torch.cholesky_inverse(x, upper), [factor])

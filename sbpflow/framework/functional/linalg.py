@@ -414,13 +414,13 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=
     tri = A.triu() if upper else A.tril()
     if unitriangular:
         n = A.shape[-1]
-        tri = tri - diagonal_embed(tri.diagonal(0, -2, -1)) + eye(n, dtype=A.dtype)
+        tri = tri - _diagonal_embed(tri.diagonal(0, -2, -1)) + eye(n, dtype=A.dtype)
     if not left:  # X tri = B  <=>  tri^T X^T = B^T
         return _solve_matrix(tri.mT, B.mT).mT
     return _solve_matrix(tri, B)
 
 
-def diagonal_embed(x):
+def _diagonal_embed(x):
     """x (*, n) -> (*, n, n) with x on the diagonal."""
     from .creation import eye
 
@@ -667,6 +667,32 @@ def matrix_power(input, n):
     return linalg_matrix_power(input, n)
 
 
+def _cholesky_product(L, upper):
+    """A = L L^T (upper: U^T U) from the factor's triangle, with the gradient torch gives:
+    that of the full factor (its value is the triangle, its gradient flows to all of L)."""
+    tri = L.triu() if upper else L.tril()
+    f = L + (tri - L).detach()
+    return f.mT @ f if upper else f @ f.mT
+
+
+def cholesky_solve(B, L, upper=False, *, out=None):
+    """X with A X = B for A = L L^T (upper: A = U^T U)."""
+    _no_out("cholesky_solve", out)
+    if B.ndim < 2:
+        raise RuntimeError(f"b should have at least 2 dimensions, but has {B.ndim} dimensions "
+                           "instead")
+    if L.ndim < 2:
+        raise RuntimeError(f"u should have at least 2 dimensions, but has {L.ndim} dimensions "
+                           "instead")
+    return _solve_matrix(_cholesky_product(L, upper), B)
+
+
+def cholesky_inverse(L, upper=False, *, out=None):
+    """A^-1 for A = L L^T (upper: A = U^T U)."""
+    _no_out("cholesky_inverse", out)
+    return linalg_inv(_cholesky_product(L, upper))
+
+
 LINALG = {
     "inv": linalg_inv, "inv_ex": linalg_inv_ex, "det": linalg_det, "slogdet": linalg_slogdet,
     "solve": linalg_solve, "cholesky": linalg_cholesky, "eigh": linalg_eigh,
@@ -696,13 +722,15 @@ LINALG = {
 METHODS = {
     "inverse": inverse, "det": det, "logdet": logdet, "slogdet": slogdet,
     "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
-    "matrix_power": matrix_power,
+    "matrix_power": matrix_power, "cholesky_solve": cholesky_solve,
+    "cholesky_inverse": cholesky_inverse,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
     "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer, "ger": ger,
     "addmm": addmm, "baddbmm": baddbmm, "addmv": addmv,
 }
 
-__all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "det", "dot", "einsum", "ger",
+__all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "cholesky_inverse", "cholesky_solve",
+           "det", "dot", "einsum", "ger",
            "inverse", "logdet", "matmul", "matrix_power", "mm", "mv", "outer", "pinverse", "qr",
            "slogdet", "svd", "tensordot"]
