@@ -5,8 +5,10 @@ import io
 import json
 import os
 import pickle
+import re
 import struct
 from collections import Counter, OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -295,3 +297,14 @@ def test_map_location_to_cpu_forms():
                                       .numpy(), [1.0, 1.0])
     with pytest.raises(NotImplementedError, match="map_location"):
         flow.load(io.BytesIO(data), map_location={"cpu": "cuda:0"})
+
+
+def test_whole_object_with_global_parameters_on_two_ranks(tmp_path):
+    from tests.mpijob import mpiexec_cmd, run_job
+
+    scr = str(Path(__file__).resolve().parents[1] / "comm" / "scripts" /
+              "whole_object_global.py")
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", scr, str(tmp_path / "ckpt.pt")), timeout=90)
+    assert job.returncode == 0, job.output
+    assert sorted(re.findall(r"rank (\d): whole-object global ok", job.stdout)) == ["0", "1"]
+    assert job.strays == 0
