@@ -1443,6 +1443,7 @@ def _ctc_setup(ctx, metas, lp, targets, input_lengths, target_lengths, blank):
     em = p.gather(lp, 2, index)
     il = p.reshape(cast_array(ctx, input_lengths, ilm.dtype, dt.int64), (n, 1))
     tl = p.reshape(cast_array(ctx, target_lengths, tlm.dtype, dt.int64), (n, 1))
+    _ctc_check_lengths(ctx, il, tl, t_max, tm.shape[1])
     s_idx = p.from_host(np.arange(width).reshape(1, width), dt.int64)
     two_l = p.binary("mul", tl, p.full((), dt.int64, 2))
     valid = p.binary("le", s_idx, two_l)  # s < 2 L + 1
@@ -1451,6 +1452,28 @@ def _ctc_setup(ctx, metas, lp, targets, input_lengths, target_lengths, blank):
     prev2 = _shift(k, ext, 2, blank)
     allow2 = p.binary("logical_and", odd3, p.binary("ne", ext, prev2))
     return k, lp, em, ext, il, two_l, valid, allow2
+
+
+def _ctc_check_lengths(ctx, il, tl, t_max, width):
+    """Lengths are data: the kernel checks them, as torch's does (two scalars each read on
+    the host by the thread running the kernel; see _out_of_range)."""
+    p = ctx.prims
+    if il.shape[0] == 0:
+        return
+    lo = min(int(p.to_host(p.reduce("min", il, (0, 1)))),
+             int(p.to_host(p.reduce("min", tl, (0, 1)))))
+    if lo < 0:
+        raise RuntimeError(f"ctc_loss(): input and target lengths must be non-negative, got "
+                           f"{lo}")
+    longest = int(p.to_host(p.reduce("max", il, (0, 1))))
+    if longest > t_max:
+        raise RuntimeError(f"Expected input_lengths to have value at most {t_max}, but got "
+                           f"value {longest} (while checking arguments for ctc_loss)")
+    longest = int(p.to_host(p.reduce("max", tl, (0, 1))))
+    if longest > width:
+        raise RuntimeError(f"Expected tensor to have size at least {longest} at dimension 1, "
+                           f"but got size {width} for argument #2 'targets' (while checking "
+                           "arguments for ctc_loss)")
 
 
 def _ctc_alpha(k, em, valid, allow2):

@@ -533,3 +533,30 @@ def test_ctc_loss_errors():
     with pytest.raises(RuntimeError, match="blank must be in label range"):
         F.ctc_loss(lp, flow.tensor(padded), tuple(il), tuple(tl), blank=6)
     assert repr(nn.CTCLoss(blank=2)) == repr(torch.nn.CTCLoss(blank=2))
+    # Tensor lengths with padded targets are checked by the kernel (no host read on call).
+    with pytest.raises(RuntimeError, match="input_lengths to have value at most 12"):
+        F.ctc_loss(lp, flow.tensor(padded), flow.tensor([13, 1, 1, 1]),
+                   flow.tensor(tl)).numpy()
+    with pytest.raises(RuntimeError, match="size at least 6 at dimension 1"):
+        F.ctc_loss(lp, flow.tensor(padded), flow.tensor(il), flow.tensor([6, 1, 1, 1])).numpy()
+
+
+def test_ctc_loss_in_graph_with_tensor_lengths():
+    x, padded, _, il, tl = _ctc_data()
+    lp = flow.tensor(x).log_softmax(-1)
+
+    class G(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.loss = nn.CTCLoss(reduction="sum")
+
+        def build(self, lp, targets, il, tl):
+            return self.loss(lp, targets, il, tl)
+
+    g = G()
+    for lengths in (il, [5, 12, 9, 2]):
+        ours = g(lp, flow.tensor(padded), flow.tensor(lengths), flow.tensor(tl)).numpy()
+        theirs = torch.nn.functional.ctc_loss(torch.tensor(x).log_softmax(-1),
+                                              torch.tensor(padded), torch.tensor(lengths),
+                                              torch.tensor(tl), reduction="sum")
+        np.testing.assert_allclose(ours, theirs.numpy(), 1e-10, 1e-10)

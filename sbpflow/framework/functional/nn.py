@@ -786,21 +786,11 @@ def _host_lengths(name: str, lengths, n: int) -> list[int]:
     return values
 
 
-def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths,
-             blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
-    """Connectionist temporal classification loss (the `ctc_loss` op per sample)."""
-    reduction = _reduction_arg(None, None, reduction)
-    if log_probs.ndim == 2:  # unbatched: (T, C) with a 1-D target
-        log_probs = log_probs.unsqueeze(1)
-        targets = targets.unsqueeze(0)
-    if log_probs.ndim != 3:
-        raise RuntimeError(f"ctc_loss(): expected log_probs of shape (T, N, C) or (T, C), got "
-                           f"{list(log_probs.shape)}")
-    t_max, n, c = log_probs.shape
+def _ctc_host_lengths(targets, input_lengths, target_lengths, t_max, n, where):
+    """Lengths read on the host (given as sequences, or needed to unpack 1-D targets) and
+    checked; 1-D concatenated targets become padded (N, max length)."""
     il = _host_lengths("input_lengths", input_lengths, n)
     tl = _host_lengths("target_lengths", target_lengths, n)
-    if not 0 <= blank < c:
-        raise RuntimeError("blank must be in label range")
     for v in il:
         if v > t_max:
             raise RuntimeError(f"Expected input_lengths to have value at most {t_max}, but got "
@@ -835,9 +825,41 @@ def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths,
     else:
         raise RuntimeError(f"ctc_loss(): expected targets of 1 or 2 dimensions, got "
                            f"{targets.ndim}")
+    return (creation.tensor(il, dtype=dt.int64, device=where),
+            creation.tensor(tl, dtype=dt.int64, device=where), targets)
+
+
+def ctc_loss(log_probs: Tensor, targets: Tensor, input_lengths, target_lengths,
+             blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
+    """Connectionist temporal classification loss (the `ctc_loss` op per sample)."""
+    reduction = _reduction_arg(None, None, reduction)
+    if log_probs.ndim == 2:  # unbatched: (T, C) with a 1-D target
+        log_probs = log_probs.unsqueeze(1)
+        targets = targets.unsqueeze(0)
+    if log_probs.ndim != 3:
+        raise RuntimeError(f"ctc_loss(): expected log_probs of shape (T, N, C) or (T, C), got "
+                           f"{list(log_probs.shape)}")
+    t_max, n, c = log_probs.shape
+    if not 0 <= blank < c:
+        raise RuntimeError("blank must be in label range")
     where = log_probs._where()
-    il_t = creation.tensor(il, dtype=dt.int64, device=where)
-    tl_t = creation.tensor(tl, dtype=dt.int64, device=where)
+    if targets.ndim == 2 and isinstance(input_lengths, Tensor) and \
+            isinstance(target_lengths, Tensor):
+        # Padded targets with tensor lengths: no host read here (so nn.Graph traces it); the
+        # kernel checks the lengths' values.
+        il_t, tl_t = input_lengths.reshape(-1), target_lengths.reshape(-1)
+        for arg, t in (("input_lengths", il_t), ("target_lengths", tl_t)):
+            if t.dtype.is_floating_point or t.dtype is dt.bool_:
+                raise RuntimeError(f"ctc_loss(): {arg} must be an integer tensor, got "
+                                   f"{t.dtype.name}")
+            if t.shape[0] != n:
+                raise RuntimeError(f"{arg} must be of size batch_size")
+        if targets.shape[0] != n:
+            raise RuntimeError(f"Expected tensor to have size {n} at dimension 0, but got size "
+                               f"{targets.shape[0]} for argument #2 'targets'")
+    else:
+        il_t, tl_t, targets = _ctc_host_lengths(targets, input_lengths, target_lengths,
+                                                t_max, n, where)
     loss = call("ctc_loss", log_probs, targets, il_t, tl_t, blank=int(blank),
                 zero_infinity=bool(zero_infinity))
     if reduction == "mean":
