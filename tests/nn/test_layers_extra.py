@@ -367,8 +367,10 @@ def test_embedding_sparse_and_shape_errors():
         F.embedding(flow.tensor([1]), flow.ones(4, 2), sparse=True)
     with pytest.raises(NotImplementedError, match="sparse gradients are not supported"):
         nn.EmbeddingBag(4, 2, sparse=True)
-    with pytest.raises(AssertionError, match="Padding_idx|padding_idx"):
+    with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
         nn.Embedding(4, 2, padding_idx=4)
+    with pytest.raises(AssertionError, match="padding_idx must be within num_embeddings"):
+        nn.EmbeddingBag(4, 2, padding_idx=-5)
     with pytest.raises(AssertionError, match="Shape of weight"):
         nn.Embedding(4, 2, _weight=flow.ones(3, 2))
     e = nn.Embedding.from_pretrained(flow.ones(5, 3), padding_idx=1, max_norm=2.0)

@@ -12,11 +12,11 @@ from .module import Module
 __all__ = ["Embedding", "EmbeddingBag"]
 
 
-def _check_padding_idx(padding_idx, num_embeddings):
+def _check_padding_idx(padding_idx, num_embeddings, what="padding_idx"):
     if padding_idx is None:
         return None
     if padding_idx >= num_embeddings or padding_idx < -num_embeddings:
-        raise AssertionError("padding_idx must be within num_embeddings")
+        raise AssertionError(f"{what} must be within num_embeddings")
     return padding_idx % num_embeddings
 
 
@@ -44,7 +44,7 @@ class Embedding(Module):
         _check_sparse(sparse)
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        self.padding_idx = _check_padding_idx(padding_idx, num_embeddings)
+        self.padding_idx = _check_padding_idx(padding_idx, num_embeddings, "Padding_idx")
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
