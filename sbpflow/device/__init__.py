@@ -43,8 +43,12 @@ def unavailable_error(type_: str) -> Exception:
     """What using a device type without primitives raises (torch 2.13's CPU build's error)."""
     if type_ == "cuda":
         return AssertionError("Torch not compiled with CUDA enabled")
-    return NotImplementedError(
-        f"sbpflow has no '{type_}' backend: tensors live on the CPU (device 'cpu')")
+    if type_ == "xpu":
+        return AssertionError("Torch not compiled with XPU enabled")
+    if type_ in ("meta", "lazy", "privateuseone", "hpu", "mtia"):
+        return NotImplementedError(
+            f"sbpflow has no '{type_}' device: tensors live on the CPU (device 'cpu')")
+    return RuntimeError(f"PyTorch is not linked with support for {type_} devices")
 
 
 class Device:

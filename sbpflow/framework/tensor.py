@@ -284,6 +284,16 @@ class Tensor:
     def is_complex(self) -> bool:
         return False  # sbpflow has no complex dtypes
 
+    def get_device(self) -> int:
+        """-1 for a CPU tensor, as torch; else the device index."""
+        return -1 if self._device.type == "cpu" else (self._device.index or 0)
+
+    def is_pinned(self, device=None) -> bool:
+        return False
+
+    def pin_memory(self, device=None) -> Tensor:
+        raise RuntimeError("Cannot access accelerator device when none is available.")
+
     def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
         """torch's Tensor.cuda(): on a machine without CUDA, torch's CPU build's error."""
         dev = Device("cuda") if device is None else (

@@ -81,7 +81,9 @@ def test_cuda_manual_seed_leaves_cpu_generator_alone():
 
 # -- using device "cuda" ----------------------------------------------------------------------
 @pytest.mark.parametrize("what", ["zeros", "tensor", "randn", "to", "to_index", "cuda",
-                                  "module_cuda", "module_to", "full"])
+                                  "module_cuda", "module_to", "full", "to_int",
+                                  "module_to_int", "mps", "xpu", "hip", "pin_memory",
+                                  "module_to_device"])
 def test_cuda_device_use_raises_torch_error(what, tmp_path):
     def run(lib):
         calls = {
@@ -94,10 +96,24 @@ def test_cuda_device_use_raises_torch_error(what, tmp_path):
             "module_cuda": lambda: lib.nn.Linear(2, 2).cuda(),
             "module_to": lambda: lib.nn.Linear(2, 2).to("cuda"),
             "full": lambda: lib.full((2,), 1.0, device="cuda"),
+            "to_int": lambda: lib.ones(2).to(0),
+            "module_to_int": lambda: lib.nn.Linear(2, 2).to(0),
+            "mps": lambda: lib.ones(2).to("mps"),
+            "xpu": lambda: lib.zeros(2, device="xpu"),
+            "hip": lambda: lib.ones(2).to("hip"),
+            "pin_memory": lambda: lib.ones(2).pin_memory(),
+            "module_to_device": lambda: lib.nn.Linear(2, 2).to(lib.device("cuda", 0)),
         }
         return calls[what]()
 
     _same(lambda: run(flow), lambda: run(torch))
+
+
+def test_cpu_tensor_device_queries_match_torch():
+    for lib in (flow, torch):
+        t = lib.ones(2)
+        assert t.get_device() == -1 and t.is_pinned() is False
+        assert t.to("cpu", non_blocking=True) is t
 
 
 def test_cuda_device_value_exists():

@@ -20,6 +20,8 @@ def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=Fa
             dtype, device = a.dtype, a.device
         elif isinstance(a, (str, Device)) and not (isinstance(a, str) and a in dt._NAMES):
             device = a
+        elif isinstance(a, int) and not isinstance(a, bool):  # an accelerator index
+            raise RuntimeError("Cannot access accelerator device when none is available.")
         elif a is not None:
             dtype = a
     out = self

@@ -342,7 +342,9 @@ class Module:
         if fmt is not None and not isinstance(fmt, memory_format):
             check_memory_format("to", None, fmt)  # raises torch's TypeError
         if device is not None:
-            dev = Device("cuda", device) if isinstance(device, int) else Device(device)
+            if isinstance(device, int):  # an accelerator index
+                raise RuntimeError("Cannot access accelerator device when none is available.")
+            dev = Device(device)
             if dev.type != "cpu":
                 dev.check_available()  # torch's CPU build: "Torch not compiled with CUDA ..."
                 raise NotImplementedError(f"Module.to(): moving modules to {dev} is not "
