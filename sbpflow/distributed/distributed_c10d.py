@@ -218,6 +218,31 @@ def _group_rank(fn: str, pg: ProcessGroup, arg: str, global_rank, group_rank) ->
     return pg.ranks.index(int(global_rank))
 
 
+class Store:
+    """torch.distributed's key-value stores are not provided: sbpflow's rendezvous is MPI's."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"torch.distributed.{type(self).__name__} is not supported by sbpflow: ranks meet "
+            "through MPI (init_process_group needs no store)")
+
+
+class TCPStore(Store):
+    pass
+
+
+class FileStore(Store):
+    pass
+
+
+class HashStore(Store):
+    pass
+
+
+class PrefixStore(Store):
+    pass
+
+
 # -- work objects -------------------------------------------------------------------------------
 
 
@@ -365,7 +390,10 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     except ValueError:  # torch's type for an unknown backend
         raise AssertionError(f"Unknown backend type {backend} (sbpflow supports 'mpi', "
                              "'gloo' and 'nccl', all over MPI)") from None
-    if "nccl" in name and not _nccl_warned:
+    # The CPU half decides what CPU tensors use: "nccl" alone (or no cpu part) means NCCL.
+    cpu_parts = [p.split(":", 1)[-1] for p in name.split(",")
+                 if ":" not in p or p.startswith("cpu:")]
+    if (not cpu_parts or "nccl" in cpu_parts) and not _nccl_warned:
         _nccl_warned = True
         warnings.warn(f"init_process_group: backend {backend!r}: sbpflow runs NCCL's "
                       "collectives over MPI on the CPU (no CUDA/NCCL here); results are the "
@@ -968,14 +996,14 @@ def scatter_object_list(scatter_object_output_list: list, scatter_object_input_l
 
 
 __all__ = [
-    "Backend", "GroupMember", "P2POp", "ProcessGroup", "ReduceOp", "Work", "all_gather",
-    "all_gather_into_tensor", "all_gather_object", "all_gather_single", "all_reduce", "all_to_all",
-    "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "destroy_process_group", "gather", "gather_object", "get_backend", "get_global_rank",
-    "get_group_rank", "get_node_local_rank", "get_process_group_ranks", "get_rank",
-    "get_world_size", "group", "init_process_group", "irecv", "is_available",
-    "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
-    "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group",
-    "recv", "reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
-    "scatter", "scatter_object_list", "send",
+    "Backend", "FileStore", "GroupMember", "HashStore", "P2POp", "PrefixStore", "ProcessGroup",
+    "ReduceOp", "Store", "TCPStore", "Work", "all_gather", "all_gather_into_tensor",
+    "all_gather_object", "all_gather_single", "all_reduce", "all_to_all", "all_to_all_single",
+    "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "destroy_process_group",
+    "gather", "gather_object", "get_backend", "get_global_rank", "get_group_rank",
+    "get_node_local_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group",
+    "init_process_group", "irecv", "is_available", "is_gloo_available", "is_initialized",
+    "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "is_ucc_available",
+    "isend", "monitored_barrier", "new_group", "recv", "reduce", "reduce_scatter",
+    "reduce_scatter_single", "reduce_scatter_tensor", "scatter", "scatter_object_list", "send",
 ]

@@ -259,3 +259,17 @@ def test_launcher_sets_torchrun_rendezvous_variables(tmp_path, monkeypatch):
     monkeypatch.setenv("MASTER_PORT", "1234")
     cmd = launch.build_command(1, None, ["train.py"], mpiexec="/bin/mpiexec")
     assert "-env MASTER_ADDR 127.0.0.1 -env MASTER_PORT 1234 " in " ".join(cmd)
+
+
+def test_stores_are_refused_and_mixed_backends_do_not_warn(monkeypatch):
+    with pytest.raises(NotImplementedError, match="TCPStore is not supported"):
+        dist.TCPStore("127.0.0.1", 29500, 1, True)
+    monkeypatch.setattr(dist.distributed_c10d, "_nccl_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+    try:
+        assert dist.get_backend() == "cpu:gloo,cuda:nccl"
+        assert not [w for w in caught if "over MPI on the CPU" in str(w.message)]
+    finally:
+        dist.destroy_process_group()
