@@ -3,6 +3,7 @@ inputs -> same outputs, hidden states and gradients of inputs and every paramete
 
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from pathlib import Path
@@ -451,3 +452,58 @@ def test_global_tensors_on_two_ranks_equal_single_device():
                         job.stdout)
     assert sorted(int(r) for r, _ in passed) == [0, 1], job.output
     assert {int(c) for _, c in passed} == {5}, job.output
+
+
+# -- nn.Graph ------------------------------------------------------------------------------
+def test_graph_training_equals_eager():
+    """An LSTM trained in nn.Graph (traced forward, backward and SGD) takes eager's steps."""
+    flow.manual_seed(0)
+    eager = flow.nn.LSTM(3, 4, num_layers=2, batch_first=True, dtype=flow.float64)
+    traced = copy.deepcopy(eager)
+    opt = flow.optim.SGD(traced.parameters(), lr=0.1)
+
+    class Train(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = traced
+            self.add_optimizer(opt)
+
+        def build(self, x):
+            out, _ = self.m(x)
+            loss = (out * out).sum()
+            loss.backward()
+            return loss
+
+    x = flow.tensor(np.random.default_rng(13).standard_normal((2, 5, 3)))
+    graph = Train()
+    got = [float(graph(x).numpy()) for _ in range(3)]
+    opt_e = flow.optim.SGD(eager.parameters(), lr=0.1)
+    want = []
+    for _ in range(3):
+        out, _ = eager(x)
+        loss = (out * out).sum()
+        opt_e.zero_grad()
+        loss.backward()
+        opt_e.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert want[-1] < want[0]
+
+
+def test_graph_packed_sequence():
+    m = flow.nn.GRU(3, 4, dtype=flow.float64)
+
+    class Run(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def build(self, x):
+            out, h = self.m(frnn.pack_padded_sequence(x, [5, 2, 3], enforce_sorted=False))
+            return frnn.pad_packed_sequence(out)[0], h
+
+    x = flow.tensor(np.random.default_rng(14).standard_normal((5, 3, 3)))
+    got_out, got_h = Run()(x)
+    out, h = m(frnn.pack_padded_sequence(x, [5, 2, 3], enforce_sorted=False))
+    _close(got_out, frnn.pad_packed_sequence(out)[0], "padded output")
+    _close(got_h, h, "h_n")
