@@ -1,10 +1,11 @@
-"""`save` / `load` without pickle: one safetensors file per checkpoint.
+"""`save` / `load`: one safetensors file per checkpoint.
 
-The tensors go in the safetensors body, written with `safetensors.numpy`.  Everything else,
-the nesting of dicts/lists/tuples and the numbers, strings, bools and Nones among the tensors,
-goes as a JSON tree in the header's metadata under the key "sbpflow".  Loading parses that tree
-with a small, strict decoder: a file can only ever produce data (tensors, numbers, strings and
-containers), never run code.
+The tensors go in the safetensors body, written with `safetensors.numpy`.  For state-dict-like
+objects everything else, the nesting of dicts/lists/tuples and the numbers, strings, bools and
+Nones among the tensors, goes as a JSON tree in the header's metadata under the key "sbpflow".
+Loading parses that tree with a small, strict decoder: such a file can only ever produce data
+(tensors, numbers, strings and containers), never run code.  Whole objects (modules,
+optimizers) are a pickle stream beside the tensors; see the end of this docstring.
 
 Interop:
 * A flat dict of str -> Tensor (a state dict) stores each tensor under its own key, so
