@@ -567,3 +567,12 @@ def test_cholesky_solve_and_inverse(upper):
                  lambda x, y: x.cholesky_solve(y, upper), [b, factor])
     _grads_match(lambda x: flow.cholesky_inverse(x, upper),
                  lambda x: torch.cholesky_inverse(x, upper), [factor])
+
+
+def test_torch_norm_nuclear():
+    a = np.random.default_rng(28).standard_normal((2, 3, 4))
+    _grads_match(lambda x: flow.norm(x, "nuc", dim=(1, 2)),
+                 lambda x: torch.norm(x, "nuc", dim=(1, 2)), [a])
+    _close(flow.norm(flow.tensor(a[0]), "nuc"), torch.norm(torch.tensor(a[0]), "nuc"))
+    _close(flow.tensor(a).norm("nuc", dim=(0, 2), keepdim=True),
+           torch.tensor(a).norm("nuc", dim=(0, 2), keepdim=True))

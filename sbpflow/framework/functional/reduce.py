@@ -142,9 +142,11 @@ def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
         if p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2):
             # The Frobenius norm is the 2-norm of the elements over the given dims.
             return vector_norm(input, 2, dim, keepdim, dtype=dtype)
-        if p == "nuc":
-            raise NotImplementedError("norm(): p='nuc' needs singular values, which sbpflow "
-                                      "does not compute")
+        if p == "nuc":  # the sum of singular values, over the last two axes or `dim`
+            from .linalg import linalg_matrix_norm
+
+            return linalg_matrix_norm(input, "nuc", (-2, -1) if dim is None else dim, keepdim,
+                                      dtype=dtype)
         raise RuntimeError(f"norm(): p={p!r} with dim={dim!r} is not a supported norm; "
                            "expected 'fro' with at most 2 dims, or a number")
     return vector_norm(input, 2 if p is None else p, dim, keepdim, dtype=dtype)
