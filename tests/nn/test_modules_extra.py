@@ -169,6 +169,8 @@ NORMS = [
     ("InstanceNorm2d", (3,), {"affine": True, "bias": False}, (2, 3, 4, 3)),
     ("InstanceNorm3d", (2,), {"track_running_stats": True, "momentum": 0.3},
      (2, 2, 3, 2, 2)),
+    ("InstanceNorm1d", (3,), {"track_running_stats": True, "momentum": None}, (2, 3, 4)),
+    ("BatchNorm3d", (2,), {"bias": False}, (2, 2, 2, 2, 2)),
     ("LocalResponseNorm", (3,), {"alpha": 0.5, "beta": 0.6, "k": 1.5}, (2, 5, 4)),
     ("LocalResponseNorm", (2,), {}, (2, 4, 3, 3)),
     ("LocalResponseNorm", (4,), {"alpha": 1.0}, (1, 6, 2, 2, 2)),
