@@ -576,3 +576,11 @@ def test_torch_norm_nuclear():
     _close(flow.norm(flow.tensor(a[0]), "nuc"), torch.norm(torch.tensor(a[0]), "nuc"))
     _close(flow.tensor(a).norm("nuc", dim=(0, 2), keepdim=True),
            torch.tensor(a).norm("nuc", dim=(0, 2), keepdim=True))
+
+
+@pytest.mark.parametrize("scale", [0.01, 0.5, 3.0, 40.0])
+def test_matrix_exp(scale):
+    a = np.random.default_rng(29).standard_normal((2, 4, 4)) * scale
+    _grads_match(flow.linalg.matrix_exp, torch.linalg.matrix_exp, [a], rtol=1e-9, atol=1e-9)
+    _close(flow.matrix_exp(flow.tensor(a)), torch.matrix_exp(torch.tensor(a)), 1e-9, 1e-9)
+    _close(flow.tensor(a).matrix_exp(), torch.tensor(a).matrix_exp(), 1e-9, 1e-9)
