@@ -325,19 +325,31 @@ def test_forward_errors(name):
         _raises_like(*both((5, 2, 3), [(2, 2, 4), (2, 2, 5)]))  # wrong cell size
 
 
-def test_cell_errors():
-    ours, theirs = _pair("LSTMCell", 3, 4)
-    _raises_like(lambda: ours(flow.zeros(2, 2, 3, dtype=flow.float64)),
-                 lambda: theirs(torch.zeros(2, 2, 3, dtype=torch.float64)))
-    o2, t2 = _pair("GRUCell", 3, 4)
-    with pytest.raises(RuntimeError):
-        torch.nn.GRUCell(3, 4)(torch.zeros(2, 5))
-    with pytest.raises(RuntimeError):
-        o2(flow.zeros(2, 5, dtype=flow.float64))
-    with pytest.raises(ValueError):
-        t2(torch.zeros(2, 3, dtype=torch.float64), torch.zeros(1, 2, 4, dtype=torch.float64))
-    with pytest.raises(ValueError):
-        o2(flow.zeros(2, 3, dtype=flow.float64), flow.zeros(1, 2, 4, dtype=flow.float64))
+CELL_ERRORS = [
+    ("LSTMCell", (2, 2, 3), None),  # 3-D input
+    ("LSTMCell", (2, 3), [(2, 4), (3, 4)]),  # batch of c differs
+    ("LSTMCell", (2, 3), [(2, 2, 4), (2, 4)]),  # 3-D h
+    ("GRUCell", (2, 5), None),  # input_size
+    ("GRUCell", (2, 3), [(3, 4)]),  # batch of h
+    ("GRUCell", (2, 3), [(2, 5)]),  # hidden_size
+    ("GRUCell", (2, 3), [(1, 2, 4)]),  # 3-D h
+    ("RNNCell", (3,), [(2, 4)]),  # 2-D h for an unbatched input
+    ("RNNCell", (2, 3), [(4,)]),  # 1-D h for a batched input
+]
+
+
+@pytest.mark.parametrize("name,x_shape,h_shapes", CELL_ERRORS)
+def test_cell_errors(name, x_shape, h_shapes):
+    ours, theirs = _pair(name, 3, 4)
+
+    def call(mod, lib):
+        x = lib.zeros(*x_shape, dtype=lib.float64)
+        if h_shapes is None:
+            return lambda: mod(x)
+        hs = [lib.zeros(*s, dtype=lib.float64) for s in h_shapes]
+        return lambda: mod(x, tuple(hs) if name == "LSTMCell" else hs[0])
+
+    _raises_like(call(ours, flow), call(theirs, torch))
 
 
 # -- packing utilities ---------------------------------------------------------------------

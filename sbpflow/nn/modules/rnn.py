@@ -418,23 +418,30 @@ class RNNCellBase(Module):
         for weight in self.parameters():
             init.uniform_(weight, -stdv, stdv)
 
-    def _check(self, name, input, hx):
+    @staticmethod
+    def _check_dims(name, input, named_hx) -> bool:
+        """torch's dimension checks (input, then each hidden state); True when batched."""
         if input.dim() not in (1, 2):
             raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.dim()}D "
                              f"instead")
-        if input.size(-1) != self.input_size:
-            raise RuntimeError(f"input has inconsistent input_size: got {input.size(-1)} "
+        for label, h in named_hx or ():
+            if h.dim() not in (1, 2):
+                raise ValueError(f"{name}: Expected {label} to be 1D or 2D, got {h.dim()}D "
+                                 f"instead")
+        return input.dim() == 2
+
+    def _check_forward(self, input, hxs) -> None:
+        """ATen's cell checks, on the batched (unsqueezed) input and hidden states."""
+        if input.size(1) != self.input_size:
+            raise RuntimeError(f"input has inconsistent input_size: got {input.size(1)} "
                                f"expected {self.input_size}")
-        batched = input.dim() == 2
-        if hx is not None:
-            for h in hx:
-                if h.size(-1) != self.hidden_size:
-                    raise RuntimeError(f"hidden has inconsistent hidden_size: got "
-                                       f"{h.size(-1)}, expected {self.hidden_size}")
-                if batched and (h.dim() != 2 or h.size(0) != input.size(0)):
-                    raise RuntimeError(f"Input batch size {input.size(0)} doesn't match "
-                                       f"hidden batch size {h.size(0)}")
-        return batched
+        for k, h in enumerate(hxs):
+            if input.size(0) != h.size(0):
+                raise RuntimeError(f"Input batch size {input.size(0)} doesn't match hidden{k} "
+                                   f"batch size {h.size(0)}")
+            if h.size(1) != self.hidden_size:
+                raise RuntimeError(f"hidden{k} has inconsistent hidden_size: got {h.size(1)}, "
+                                   f"expected {self.hidden_size}")
 
     def _zeros(self, x):
         return creation.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x._where())
@@ -452,13 +459,11 @@ class RNNCell(RNNCellBase):
         self.nonlinearity = nonlinearity
 
     def forward(self, input, hx=None):
-        if hx is not None and hx.dim() not in (1, 2):
-            raise ValueError(f"RNNCell: Expected hidden to be 1D or 2D, got {hx.dim()}D "
-                             f"instead")
-        batched = self._check("RNNCell", input, None if hx is None else (hx,))
+        batched = self._check_dims("RNNCell", input, None if hx is None else [("hidden", hx)])
         if not batched:
             input = input.unsqueeze(0)
         hx = self._zeros(input) if hx is None else (hx if batched else hx.unsqueeze(0))
+        self._check_forward(input, (hx,))
         if self.nonlinearity not in ("tanh", "relu"):
             raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
         mode = "RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU"
@@ -473,12 +478,8 @@ class LSTMCell(RNNCellBase):
                          dtype=dtype)
 
     def forward(self, input, hx=None):
-        if hx is not None:
-            for i, v in enumerate(hx):
-                if v.dim() not in (1, 2):
-                    raise ValueError(f"LSTMCell: Expected hx[{i}] to be 1D or 2D, got "
-                                     f"{v.dim()}D instead")
-        batched = self._check("LSTMCell", input, hx)
+        named = None if hx is None else [(f"hx[{i}]", v) for i, v in enumerate(hx)]
+        batched = self._check_dims("LSTMCell", input, named)
         if not batched:
             input = input.unsqueeze(0)
         if hx is None:
@@ -486,6 +487,7 @@ class LSTMCell(RNNCellBase):
             hx = (zeros, zeros)
         elif not batched:
             hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+        self._check_forward(input, hx)
         h, c = self._step("LSTM", input, hx[0], hx[1])
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
@@ -497,12 +499,10 @@ class GRUCell(RNNCellBase):
                          dtype=dtype)
 
     def forward(self, input, hx=None):
-        if hx is not None and hx.dim() not in (1, 2):
-            raise ValueError(f"GRUCell: Expected hidden to be 1D or 2D, got {hx.dim()}D "
-                             f"instead")
-        batched = self._check("GRUCell", input, None if hx is None else (hx,))
+        batched = self._check_dims("GRUCell", input, None if hx is None else [("hidden", hx)])
         if not batched:
             input = input.unsqueeze(0)
         hx = self._zeros(input) if hx is None else (hx if batched else hx.unsqueeze(0))
+        self._check_forward(input, (hx,))
         h, _ = self._step("GRU", input, hx, None)
         return h if batched else h.squeeze(0)
