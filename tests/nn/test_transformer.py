@@ -729,3 +729,45 @@ def test_float_mask_of_another_dtype_is_a_runtime_error_as_torch(name):
 
     ours, _ = _raises_like_torch(lambda lib: lib.nn.MultiheadAttention(E, H), call, RuntimeError)
     assert f"expected {name} to be bool or of the query's dtype" in ours
+
+
+_DEAD_KPM = np.array([[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]], bool)  # row 1: nothing to see
+_DEAD_MASK = np.triu(np.ones((4, 4), bool), 1)
+_DEAD_MASK[2] = True  # query 2 may see no key
+
+
+@pytest.mark.parametrize("kw,stack,hint", [
+    ({"src_key_padding_mask": _DEAD_KPM}, False, False),
+    ({"src_mask": _DEAD_MASK}, False, False),
+    ({"src_mask": _DEAD_MASK, "src_key_padding_mask": _DEAD_KPM}, False, False),
+    ({"src_mask": np.where(_DEAD_MASK, -np.inf, 0).astype(np.float32)}, False, True),
+    ({"src_mask": _float_mask((4, 4), 3)}, False, True),  # the hint is not used: the mask is
+    ({"mask": _DEAD_MASK, "src_key_padding_mask": _DEAD_KPM}, True, False),
+    ({"mask": _float_mask((4, 4), 4)}, True, True),
+    # the kernel hides every key whose merged float mask is nonzero, whatever the value
+    ({"src_mask": np.diag(np.full(3, 0.5, np.float32), 1),
+      "src_key_padding_mask": np.where(_DEAD_KPM & (np.arange(4) == 3), -0.7, 0).astype(
+          np.float32)}, False, False),
+], ids=["padding", "mask", "both", "float-mask-hint", "non-causal-hint", "stack-both",
+        "stack-hint", "finite-float-masks"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_encoder_inference_kernel_values_as_torch(kw, stack, hint, norm_first):
+    """Evaluation without gradients: torch's fused encoder-layer kernel takes the masks as
+    given (not the causal hint) and gives NaN where a query may attend to no key."""
+    def make(lib):
+        layer = _enc_layer(lib, batch_first=True, norm_first=norm_first)
+        m = lib.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False) if stack else layer
+        return m.eval()
+
+    torch.manual_seed(0)
+    theirs, ours = make(torch), make(flow)
+    _load_from_torch(ours, theirs)
+    x = _x(3, 4, D)
+    if hint:
+        kw = {**kw, "is_causal": True}
+    with torch.no_grad(), flow.no_grad():
+        t = theirs(torch.tensor(x), **{k: v if isinstance(v, bool) else torch.tensor(v)
+                                       for k, v in kw.items()})
+        f = ours(flow.tensor(x), **{k: v if isinstance(v, bool) else flow.tensor(v)
+                                    for k, v in kw.items()})
+    np.testing.assert_allclose(_np(f), _np(t), RTOL, ATOL)  # NaN where torch has NaN

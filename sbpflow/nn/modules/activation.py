@@ -371,6 +371,14 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
+        return self._attend(query, key, value, key_padding_mask, need_weights, attn_mask,
+                            average_attn_weights, is_causal, zero_dead_rows=not need_weights)
+
+    def _attend(self, query, key, value, key_padding_mask, need_weights, attn_mask,
+                average_attn_weights, is_causal, zero_dead_rows: bool):
+        """forward; `zero_dead_rows`: a query whose every key is masked gets zeros (torch's
+        scaled_dot_product_attention) rather than NaN (its explicit softmax, and the fused
+        encoder-layer kernel of its inference path)."""
         batched = _mha_shape_check(query, key, value, key_padding_mask, attn_mask,
                                    self.num_heads)
         key_padding_mask = canonical_mask(key_padding_mask, "key_padding_mask",
@@ -460,9 +468,7 @@ class MultiheadAttention(Module):
         scores = (q * math.sqrt(1.0 / d)) @ k.transpose(-2, -1)  # (N, h, L, S)
         dead = None
         if mask is not None:
-            if not need_weights:
-                # torch's fused path (scaled_dot_product_attention) gives rows whose every
-                # key is masked zero weights; the explicit path (need_weights) gives NaN.
+            if zero_dead_rows:
                 # Found on the (small) mask: the scores themselves are finite.
                 dead = (mask == float("-inf")).all(dim=-1, keepdim=True)
                 mask = mask.masked_fill(dead, 0.0)

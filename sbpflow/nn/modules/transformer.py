@@ -262,18 +262,58 @@ class TransformerEncoderLayer(Module):
         src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask",
                                               _none_or_dtype(src_mask), "src_mask", src.dtype)
         src_mask = canonical_mask(src_mask, "src_mask", None, "", src.dtype, check_other=False)
+        # torch's fused inference kernel: the masks as given (no causal hint), and NaN for a
+        # query whose every key is masked
+        fused = self._fused_inference(src)
+        if fused:
+            is_causal = False
         x = src
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal,
+                                   fused)
             x = x + self._ff_block(self.norm2(x))
         else:
-            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal,
+                                              fused))
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                           need_weights=False, is_causal=is_causal)[0]
+    def _fused_inference(self, src) -> bool:
+        """Where torch runs this layer with its fused kernel (_transformer_encoder_layer_fwd):
+        its conditions, in its order."""
+        attn = self.self_attn
+        if (src.dim() != 3 or self.training or not attn.batch_first
+                or attn.in_proj_bias is None or not attn._qkv_same_embed_dim
+                or not self.activation_relu_or_gelu or self.norm1.eps != self.norm2.eps
+                or attn.num_heads % 2 == 1):
+            return False
+        if any(len(getattr(m, "_forward_hooks", {})) + len(getattr(m, "_forward_pre_hooks", {}))
+               for m in self.modules()):
+            return False
+        tensors = [src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight,
+                   attn.out_proj.bias, self.norm1.weight, self.norm1.bias, self.norm2.weight,
+                   self.norm2.bias, self.linear1.weight, self.linear1.bias,
+                   self.linear2.weight, self.linear2.bias]
+        return not (is_grad_enabled() and any(t is not None and t.requires_grad
+                                               for t in tensors))
+
+    def _fused_masks(self, x, attn_mask, key_padding_mask):
+        """The fused kernel merges the (float) masks as MultiheadAttention.merge_masks does and
+        then masks every nonzero entry: any nonzero float value hides its key."""
+        if attn_mask is None:
+            return None, None if key_padding_mask is None else key_padding_mask != 0
+        merged, _ = self.self_attn.merge_masks(attn_mask, key_padding_mask, x)
+        n, h, length, _ = merged.shape
+        return (merged != 0).reshape(n * h, length, length), None
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False, fused=False):
+        if fused:  # (no hooks anywhere in the layer: nothing is skipped by not calling it)
+            attn_mask, key_padding_mask = self._fused_masks(x, attn_mask, key_padding_mask)
+            x = self.self_attn._attend(x, x, x, key_padding_mask, False, attn_mask, True,
+                                       False, zero_dead_rows=False)[0]
+        else:
+            x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                               need_weights=False, is_causal=is_causal)[0]
         return self.dropout1(x)
 
     def _ff_block(self, x):
