@@ -519,3 +519,24 @@ def test_graph_packed_sequence():
     out, h = m(frnn.pack_padded_sequence(x, [5, 2, 3], enforce_sorted=False))
     _close(got_out, frnn.pad_packed_sequence(out)[0], "padded output")
     _close(got_h, h, "h_n")
+
+
+@pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU"])
+def test_float32_default_dtype(name):
+    """The default float32 modules: outputs and gradients within float32 rounding of torch's."""
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, name)(3, 5, num_layers=2, bidirectional=True)
+    ours = getattr(flow.nn, name)(3, 5, num_layers=2, bidirectional=True)
+    ours.load_state_dict({k: flow.tensor(v.detach().numpy().copy())
+                          for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(15).standard_normal((6, 2, 3)).astype(np.float32)
+    fx, tx = _leaf(x)
+    f_out, t_out = ours(fx), theirs(tx)
+    assert f_out[0].dtype == flow.float32
+    np.testing.assert_allclose(f_out[0].detach().numpy(), t_out[0].detach().numpy(), 1e-5, 1e-6)
+    f_out[0].sum().backward()
+    t_out[0].sum().backward()
+    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), 1e-4, 1e-5)
+    for (n, p), (_, tp) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert p.grad.dtype == flow.float32
+        np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), 1e-4, 1e-5, err_msg=n)
