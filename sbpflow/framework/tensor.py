@@ -321,6 +321,9 @@ class Tensor:
             raise RuntimeError(
                 "data: cannot assign a local tensor to the .data of a global tensor; make it "
                 "global first (value.to_global(placement, sbp))")
+        if (value._blob is self._blob and value._meta == self._meta
+                and value._strides == self._strides and value._offset == self._offset):
+            return  # `t.data += 1` assigns t's own memory back
         if self._grad_fn is not None:
             raise RuntimeError("data: can only assign .data of a leaf tensor (this one has a "
                                "grad_fn); use detach() for a computed tensor")
@@ -638,10 +641,29 @@ class _DataTensor(Tensor):
         storage.version = version
 
 
+def _data_inplace_operator(name: str):
+    def op(self, other):
+        storage = object.__getattribute__(self, "_storage")
+        version = storage.version
+        out = getattr(Tensor, name)(self, other)
+        storage.version = version
+        return out
+
+    op.__name__ = name
+    return op
+
+
 def _rebuild_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
     from .functional.creation import from_numpy
 
     return from_numpy(array).requires_grad_(requires_grad)
+
+
+# In-place operators (p.data += 1) keep the version too; Tensor's own are installed later by
+# the functional modules, so these look them up when called.
+for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+              "__ipow__", "__iand__", "__ior__", "__ixor__"):
+    setattr(_DataTensor, _name, _data_inplace_operator(_name))
 
 
 # Set while nn.Graph.build() is traced (graph/trace.py): fn(tensor) raises for an eager tensor

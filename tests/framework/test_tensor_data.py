@@ -55,6 +55,23 @@ def test_data_inplace_updates_without_breaking_backward(op):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_data_augmented_assignment_keeps_version():
+    res = {}
+    for lib in LIBS:
+        p = lib.nn.Parameter(lib.tensor([1.0, 2.0]))
+        y = (p * p).sum()
+        version = p._version
+        p.data += 1
+        p.data *= 2
+        p.data -= 0.5
+        p.data /= 2
+        assert p._version == version and isinstance(p, lib.nn.Parameter) and p.is_leaf
+        y.backward()
+        res[lib] = (_np(p).copy(), p.grad.numpy().copy())
+    for a, b in zip(res[flow], res[torch]):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def test_detach_inplace_still_breaks_backward():
     # The contrast .data exists for: detach() shares the version counter.
     for lib in LIBS:
