@@ -516,6 +516,33 @@ def _substream_seed(seed: int, offset: int) -> int:
         2**64)
 
 
+# Above this many (row, sample, category) comparisons, counting goes through a sort.
+_COMPARE_LIMIT = 1 << 22
+
+
+def _count_at_most(prims, cdf, target):
+    """Per row: how many entries of the ascending cdf (*rows, k) are <= each target
+    (*rows, s), as int64 (*rows, s)."""
+    k, s = cdf.shape[-1], target.shape[-1]
+    rows = tuple(cdf.shape[:-1])
+    last = len(rows)
+    if math.prod(rows) * k * s <= _COMPARE_LIMIT:  # one broadcast comparison
+        below = prims.binary("le", prims.reshape(cdf, rows + (1, k)),
+                             prims.reshape(target, rows + (s, 1)))
+        return prims.reduce("sum", prims.cast(below, dt.int64), (last + 1,))
+    # A merge by a stable sort of [cdf | targets]: ties keep cdf entries first, so the number
+    # of cdf entries up to a target's position is its count.  O((k + s) log) per row.
+    merged = prims.empty(rows + (k + s,), dt.float64)
+    prims.copy(prims.slice(merged, (Ellipsis, slice(0, k))), cdf)
+    prims.copy(prims.slice(merged, (Ellipsis, slice(k, k + s))), target)
+    _, order = prims.sort(merged, last, descending=False, stable=True)
+    is_cdf = prims.cast(prims.binary("lt", order, prims.full((), dt.int64, k)), dt.int64)
+    seen = prims.scan("cumsum", is_cdf, last)
+    by_element = prims.empty(rows + (k + s,), dt.int64)
+    prims.scatter(by_element, last, order, seen)  # back to the merged array's element order
+    return prims.contiguous(prims.slice(by_element, (Ellipsis, slice(k, k + s))))
+
+
 def _multinomial_kernel(ctx, p, num_samples, replacement):
     prims = ctx.prims
     if 0 in p.shape[:-1]:
@@ -533,9 +560,7 @@ def _multinomial_kernel(ctx, p, num_samples, replacement):
         cdf = prims.scan("cumsum", p, last)
         total = prims.slice(cdf, (Ellipsis, slice(k - 1, k)))
         target = prims.binary("mul", u, total)  # (*rows, s)
-        below = prims.binary("le", prims.reshape(cdf, p.shape[:-1] + (1, k)),
-                             prims.reshape(target, target.shape + (1,)))
-        idx = prims.reduce("sum", prims.cast(below, dt.int64), (len(below.shape) - 1,))
+        idx = _count_at_most(prims, cdf, target)
         # u * total can round up to total: never past the last category of positive mass.
         positive = prims.binary("gt", p, prims.full((), dt.float64, 0.0))
         from_end = prims.reduce("argmax", prims.flip(positive, (last,)), (last,), True)

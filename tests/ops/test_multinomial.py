@@ -129,3 +129,29 @@ def test_integer_input_is_an_error():
     with pytest.raises(RuntimeError, match="multinomial only supports floating-point dtypes "
                                            "for input, got: Long"):
         flow.multinomial(flow.tensor([1, 2, 3]), 1)
+
+
+def test_sorted_counting_path_gives_the_same_draws(monkeypatch):
+    """Large draws count through a sort instead of one broadcast comparison: same result."""
+    from sbpflow.ops import creation
+
+    p = np.random.default_rng(6).uniform(0.0, 1.0, (3, 40))
+    p[:, ::7] = 0.0
+    flow.manual_seed(6)
+    direct = _draw(p, 500, True).numpy()
+    monkeypatch.setattr(creation, "_COMPARE_LIMIT", 0)
+    flow.manual_seed(6)
+    merged = _draw(p, 500, True).numpy()
+    assert (direct == merged).all()
+    assert not np.isin(merged, np.arange(0, 40, 7)).any()
+
+
+def test_large_draw_with_replacement():
+    flow.manual_seed(7)
+    w = np.random.default_rng(7).uniform(0.0, 1.0, 3000)
+    n = 4000  # 12M comparisons: the sorted path
+    x = _draw(w, n, True).numpy()
+    assert x.shape == (n,) and x.min() >= 0 and x.max() < 3000
+    # Coarse statistics: mass of the first half of the categories.
+    half = w[:1500].sum() / w.sum()
+    _within(np.array([np.mean(x < 1500)]), np.array([half]), n)
