@@ -147,9 +147,11 @@ def test_interpolate_second_order_gradient():
 
 
 def _raises_like_torch(call_t, call_f, x=None, *args, **kwargs):
-    """call_f raises the exception type call_t raises (on x as a torch / sbpflow tensor)."""
-    t_args = () if x is None else (torch.tensor(x),) + args
-    f_args = () if x is None else (flow.tensor(x),) + args
+    """call_f raises the exception type call_t raises (on x, or each array of a list x, as a
+    torch / sbpflow tensor)."""
+    xs = [] if x is None else x if isinstance(x, list) else [x]
+    t_args = tuple(torch.tensor(a) for a in xs) + args
+    f_args = tuple(flow.tensor(a) for a in xs) + args
     with pytest.raises(Exception) as expected:
         call_t(*t_args, **kwargs)
     with pytest.raises(expected.type):
@@ -356,3 +358,67 @@ def test_unfold_fold_bad_input(fn, shape, args, kwargs):
     if fn == "unfold":
         xi = np.ones((1, 2, 3, 3), dtype=np.int64)
         _raises_like_torch(TF.unfold, F.unfold, xi, 2)
+
+
+# -- affine_grid / grid_sample --------------------------------------------------------------------
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("size", [(2, 3, 4, 5), (2, 1, 3, 1), (2, 2, 3, 4, 2)])
+def test_affine_grid_matches_torch(size, align_corners):
+    rng = np.random.default_rng(9)
+    theta = rng.standard_normal((2, len(size) - 2, len(size) - 1))
+    tt, ft = torch.tensor(theta, requires_grad=True), flow.tensor(theta, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the unit-size warning, checked below
+        tg = TF.affine_grid(tt, size, align_corners=align_corners)
+        fg = F.affine_grid(ft, size, align_corners=align_corners)
+    _close(fg, tg, 1e-12)
+    c = rng.standard_normal(tuple(tg.shape))
+    tg.backward(torch.tensor(c))
+    fg.backward(flow.tensor(c))
+    _close(ft.grad, tt.grad, 1e-12)
+
+
+def test_affine_grid_warnings_and_errors():
+    theta = np.zeros((1, 2, 3))
+    with pytest.warns(UserWarning, match="align_corners=False since 1.3.0"):
+        F.affine_grid(flow.tensor(theta), (1, 1, 2, 2))
+    with pytest.warns(UserWarning, match="unit-size grids"):
+        F.affine_grid(flow.tensor(theta), (1, 1, 1, 2), align_corners=True)
+    for th, size in [(np.zeros((1, 3, 3)), (1, 1, 2, 2)), (np.zeros((1, 2, 3)), (1, 1, 2)),
+                     (np.zeros((1, 2, 3)), (1, 1, 0, 2)), (np.zeros((1, 2, 3)), (1, 2, 2, 2, 2)),
+                     (np.zeros((1, 2, 3), dtype=np.int64), (1, 1, 2, 2))]:
+        _raises_like_torch(TF.affine_grid, F.affine_grid, th, size, align_corners=False)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_matches_torch(mode, padding_mode, align_corners):
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((2, 3, 5, 6))
+    grid = rng.uniform(-2.5, 2.5, (2, 4, 7, 2))  # inside, outside, and reflected twice
+    tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(grid, requires_grad=True)
+    fx, fg = flow.tensor(x, requires_grad=True), flow.tensor(grid, requires_grad=True)
+    kw = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    ty, fy = TF.grid_sample(tx, tg, **kw), F.grid_sample(fx, fg, **kw)
+    _close(fy, ty, 1e-12)
+    c = rng.standard_normal(tuple(ty.shape))
+    ty.backward(torch.tensor(c))
+    fy.backward(flow.tensor(c))
+    _close(fx.grad, tx.grad, 1e-12)
+    if mode == "bilinear":
+        _close(fg.grad, tg.grad, 1e-12)
+
+
+def test_grid_sample_warnings_and_errors():
+    x, g = np.ones((1, 2, 3, 3)), np.zeros((1, 2, 2, 2))
+    with pytest.warns(UserWarning, match="align_corners=False since 1.3.0"):
+        F.grid_sample(flow.tensor(x), flow.tensor(g))
+    for xs, gs, kw in [((1, 2, 3, 3), (1, 2, 2, 2), dict(mode="cubic")),
+                       ((1, 2, 3, 3), (1, 2, 2, 2), dict(padding_mode="circular")),
+                       ((1, 2, 3, 3), (2, 2, 2, 2), {}), ((1, 2, 3, 3), (1, 2, 2, 3), {}),
+                       ((1, 2, 3), (1, 2, 2), {}), ((1, 2, 3, 3), (1, 2, 2, 2, 2), {})]:
+        _raises_like_torch(TF.grid_sample, F.grid_sample, [np.ones(xs), np.zeros(gs)],
+                           align_corners=False, **kw)
+    with pytest.raises(NotImplementedError, match="bicubic"):
+        F.grid_sample(flow.tensor(x), flow.tensor(g), mode="bicubic", align_corners=False)

@@ -13,9 +13,13 @@ the `im2col` and `col2im` ops, with the batch axis added for unbatched input.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from ..tensor import Tensor
+from . import creation
+from . import elementwise as _elementwise
+from . import shape as _shape
 from ._base import call
 from .conv import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 from .shape import permute, reshape
@@ -234,9 +238,146 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     return reshape(out, tuple(out.shape[1:])) if unbatched else out
 
 
+# -- affine_grid / grid_sample ----------------------------------------------------------------
+_ALIGN_WARNING = ("Default grid_sample and affine_grid behavior has changed to align_corners="
+                  "False since 1.3.0. Please specify align_corners=True if the old behavior is "
+                  "desired. See the documentation of grid_sample for details.")
+
+
+def _linspace_from_neg_one(theta: Tensor, steps: int, align_corners: bool) -> Tensor:
+    if steps <= 1:
+        return creation.zeros(1, dtype=theta.dtype)
+    r = creation.linspace(-1, 1, steps, dtype=theta.dtype)
+    return r if align_corners else r * ((steps - 1) / steps)
+
+
+def affine_grid(theta, size, align_corners=None):
+    _require_tensor("affine_grid", "theta", theta)
+    if align_corners is None:
+        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        align_corners = False
+    if not theta.dtype.is_floating_point:
+        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+    size = [int(s) for s in size]
+    if len(size) == 4:
+        if theta.ndim != 3 or tuple(theta.shape[-2:]) != (2, 3):
+            raise ValueError("Expected a batch of 2D affine matrices of shape Nx2x3 for size "
+                             f"{size}. Got {theta.shape}.")
+        spatial = size[-2:]
+    elif len(size) == 5:
+        if theta.ndim != 3 or tuple(theta.shape[-2:]) != (3, 4):
+            raise ValueError("Expected a batch of 3D affine matrices of shape Nx3x4 for size "
+                             f"{size}. Got {theta.shape}.")
+        spatial = size[-3:]
+    else:
+        raise NotImplementedError("affine_grid only supports 4D and 5D sizes, for 2D and 3D "
+                                  f"affine transforms, respectively. Got size {size}.")
+    if align_corners and min(spatial) == 1:
+        warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size "
+                      "grids when align_corners=True. This is not an intended use case of "
+                      "affine_grid. See the documentation of affine_grid for details.",
+                      stacklevel=2)
+    elif min(size) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    n = len(spatial)
+    # base (*spatial, n + 1): (x, y[, z], 1) with x along the last axis, as torch
+    axes = []
+    for k in range(n):  # coordinate k runs along spatial axis n - 1 - k
+        axis = n - 1 - k
+        shape = [1] * n
+        shape[axis] = spatial[axis]
+        line = reshape(_linspace_from_neg_one(theta, spatial[axis], align_corners), shape)
+        axes.append(line.expand(*spatial))
+    axes.append(creation.ones(*spatial, dtype=theta.dtype))
+    base = reshape(_shape.stack(axes, -1), (1, math.prod(spatial), n + 1))
+    grid = base.matmul(theta.transpose(1, 2))  # (N, prod(spatial), n)
+    return reshape(grid, (size[0], *spatial, n))
+
+
+def _grid_source_index(coord: Tensor, size: int, padding_mode: str, align_corners: bool):
+    """torch's grid_sampler_compute_source_index: grid coordinate -> input pixel coordinate."""
+    if align_corners:
+        coord = (coord + 1) * ((size - 1) / 2)
+    else:
+        coord = ((coord + 1) * size - 1) / 2
+    if padding_mode == "border":
+        coord = coord.clamp(0, size - 1)
+    elif padding_mode == "reflection":
+        lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        if lo2 == hi2:
+            coord = coord * 0
+        else:
+            lo, span = lo2 / 2, (hi2 - lo2) / 2
+            dist = (coord - lo).abs()
+            extra = dist.fmod(span)
+            flips = (dist / span).floor()
+            coord = _elementwise.where(flips.fmod(2) == 0, extra + lo, span - extra + lo)
+        coord = coord.clamp(0, size - 1)
+    return coord
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    name = "grid_sampler"
+    _require_tensor("grid_sample", "input", input)
+    _require_tensor("grid_sample", "grid", grid)
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError("nn.functional.grid_sample(): expected mode to be 'bilinear', "
+                         f"'nearest' or 'bicubic', but got: '{mode}'")
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise ValueError("nn.functional.grid_sample(): expected padding_mode to be 'zeros', "
+                         f"'border', or 'reflection', but got: '{padding_mode}'")
+    if align_corners is None:
+        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        align_corners = False
+    if input.ndim not in (4, 5) or grid.ndim != input.ndim:
+        raise RuntimeError(f"{name}(): expected 4D or 5D input and grid with same number of "
+                           f"dimensions, but got input with sizes {list(input.shape)} and grid "
+                           f"with sizes {list(grid.shape)}")
+    if input.dtype is not grid.dtype:
+        raise RuntimeError(f"{name}(): expected input and grid to have same dtype, but input "
+                           f"has {input.dtype} and grid has {grid.dtype}")
+    if input.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"{name}(): expected grid and input to have same batch size, but "
+                           f"got input with sizes {list(input.shape)} and grid with sizes "
+                           f"{list(grid.shape)}")
+    if grid.shape[-1] != input.ndim - 2:
+        raise RuntimeError(f"{name}(): expected grid to have size {input.ndim - 2} in last "
+                           f"dimension, but got grid with sizes {list(grid.shape)}")
+    if input.ndim == 5 or mode == "bicubic":
+        what = "5-D (volumetric) input" if input.ndim == 5 else "mode='bicubic'"
+        raise NotImplementedError(f"grid_sample(): {what} is not implemented in sbpflow")
+    nb, c, h, w = input.shape
+    _, ho, wo, _ = grid.shape
+    ix = _grid_source_index(grid[..., 0], w, padding_mode, align_corners)
+    iy = _grid_source_index(grid[..., 1], h, padding_mode, align_corners)
+    flat = reshape(input, (nb, c, h * w))
+
+    def tap(x, y):
+        """input at integer-valued pixel coordinates (x, y) (N, Ho, Wo), and where they lie
+        inside the image (zero outside, as the zeros padding reads)."""
+        inside = (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
+        index = y.clamp(0, h - 1) * w + x.clamp(0, w - 1)
+        index = reshape(index.long(), (nb, 1, ho * wo)).expand(nb, c, ho * wo)
+        values = reshape(flat.gather(2, index), (nb, c, ho, wo))
+        return values, reshape(inside.to(input.dtype), (nb, 1, ho, wo))
+
+    if mode == "nearest":  # nearbyint: halves to even, as torch.round
+        values, inside = tap(ix.round(), iy.round())
+        return values * inside
+    x0, y0 = ix.floor(), iy.floor()
+    fx, fy = ix - x0, iy - y0
+    out = None
+    for dx, wx in ((0, 1 - fx), (1, fx)):
+        for dy, wy in ((0, 1 - fy), (1, fy)):
+            values, inside = tap(x0 + dx, y0 + dy)
+            term = values * (reshape(wx * wy, (nb, 1, ho, wo)) * inside)
+            out = term if out is None else out + term
+    return out
+
+
 METHODS: dict = {}
 
 __all__: list[str] = [
-    "fold", "interpolate", "pixel_shuffle", "pixel_unshuffle", "unfold", "upsample",
-    "upsample_bilinear", "upsample_nearest",
+    "affine_grid", "fold", "grid_sample", "interpolate", "pixel_shuffle", "pixel_unshuffle",
+    "unfold", "upsample", "upsample_bilinear", "upsample_nearest",
 ]
