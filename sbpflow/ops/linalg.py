@@ -1,9 +1,13 @@
-"""Matrix products: matmul, mm, bmm, dot, outer and einsum.
+"""Matrix products (matmul, mm, bmm, dot, outer, einsum) and decompositions (inv, det,
+slogdet, solve, cholesky, eigh, svd, qr, inv_ex, cholesky_ex).
 
 einsum runs as a chain of pairwise contractions, each one batched `matmul` primitive after a
 permute and reshape (the fast path NumPy and cuBLAS offer), with diagonals, broadcast size-1
 axes and labels summed early handled per operand first.  Its gradient is einsum again: the
 output gradient contracted with the other operands.
+
+The decompositions work on batches of matrices (*, m, n) with NumPy's LAPACK; their gradients
+are torch's formulas written with ops, so they have gradients of their own.
 """
 
 from __future__ import annotations
@@ -1156,7 +1160,7 @@ def _fix_sign_np(vectors, axis):
     return np.where(s == 0, 1, s).astype(vectors.dtype)
 
 
-def fix_sign_torchlike(torch, vectors, dim):
+def _fix_sign_torch(torch, vectors, dim):
     """The same rule on torch tensors (for references): the signs along `dim`."""
     idx = vectors.detach().abs().argmax(dim=dim, keepdim=True)
     s = torch.gather(vectors.detach(), dim, idx).sign()
@@ -1191,7 +1195,7 @@ def _eigh_grad(ctx, gw, gv):
 
 def _eigh_reference(torch, a, UPLO="L"):
     w, v = torch.linalg.eigh(a, UPLO=UPLO)
-    return w, v * fix_sign_torchlike(torch, v, -2)
+    return w, v * _fix_sign_torch(torch, v, -2)
 
 
 register(OpDef(
@@ -1278,7 +1282,7 @@ def _svd_grad(ctx, gu, gs, gvh):
 def _svd_reference(torch, a, full_matrices=True):
     u, s, vh = torch.linalg.svd(a, full_matrices=full_matrices)
     k = s.shape[-1]
-    sign = fix_sign_torchlike(torch, u, -2)
+    sign = _fix_sign_torch(torch, u, -2)
     vh_sign = torch.ones(vh.shape[:-1] + (1,), dtype=vh.dtype)
     vh_sign[..., :k, :] = sign[..., :k].mT
     return u * sign, s, vh * vh_sign
