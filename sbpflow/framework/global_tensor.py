@@ -166,7 +166,7 @@ def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _Cal
         key, hit = None, None
     if hit is not None:
         return hit
-    out_metas = opdef.meta(in_metas, attrs)
+    out_metas = opdef.meta(in_metas, attrs, local=False)
     if in_metas:
         want, out_sbps = infer.choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps,
                                       out_metas, placement, _same_placement_cost)

@@ -12,6 +12,7 @@ arguments; the framework layer installs the dispatcher, so this layer never impo
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -300,8 +301,14 @@ class OpDef:
                 ) from None
         return out
 
-    def meta(self, in_metas: tuple[TensorMeta, ...], attrs: dict) -> tuple[TensorMeta, ...]:
-        """Output metas, cached by input metas and attrs."""
+    def meta(self, in_metas: tuple[TensorMeta, ...], attrs: dict,
+             local: bool = True) -> tuple[TensorMeta, ...]:
+        """Output metas, cached by input metas and attrs.
+
+        Outputs that cannot be allocated raise RuntimeError here, at the call, as torch does:
+        a byte size past 2**63 always, and one past this machine's memory (RAM + swap) when
+        `local` (a global tensor's logical size may exceed one machine).  Such results are
+        never cached, so a cache hit needs no check."""
         try:
             values = tuple(attrs.values())
             # 1, 1.0 and True are equal dict keys but promote differently: key on types too.
@@ -314,6 +321,8 @@ class OpDef:
         out = self.infer_meta(*in_metas, **attrs)
         if isinstance(out, TensorMeta):
             out = (out,)
+        if not self.view and _oversized(self.name, out, local):
+            return out  # logical metas of a global op: fine, but not cached
         if key is not None and len(self._meta_cache) < 4096:
             self._meta_cache[key] = out
         return out
@@ -330,6 +339,41 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
+
+
+def _machine_bytes() -> int:
+    """RAM + swap: an allocation beyond it cannot succeed (Linux's overcommit heuristic)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return total
+
+
+_MACHINE_BYTES = _machine_bytes()
+
+
+def _oversized(name: str, metas, local: bool) -> bool:
+    """Raise for outputs no machine can hold (or, `local`, this one); True if any output is
+    larger than this machine's memory."""
+    big = False
+    for m in metas:
+        n = m.numel * m.dtype.itemsize
+        if n >= 2 ** 63:
+            raise RuntimeError(f"{name}: Storage size calculation overflowed with "
+                               f"sizes={list(m.shape)}")
+        if n > _MACHINE_BYTES:
+            if local:
+                raise RuntimeError(
+                    f"{name}: DefaultCPUAllocator: can't allocate memory: you tried to "
+                    f"allocate {n} bytes (this machine has {_MACHINE_BYTES} bytes of memory "
+                    "and swap)")
+            big = True
+    return big
 
 
 def register(opdef: OpDef) -> OpDef:

@@ -11,6 +11,7 @@ issued it, is raised at the next sync point, and the VM stays usable.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import enum
 import os
@@ -235,16 +236,30 @@ class VirtualMachine:
             if mine:
                 raise mine[0]
 
-    def _take_errors(self) -> list:
-        """Remove and return the errors of the calling thread's work, oldest first."""
+    def _take_errors(self, seen: BaseException | None = None) -> list:
+        """Remove and return the errors of the calling thread's work, oldest first (and the
+        error `seen`, whoever's it was: it is being raised)."""
         me = get_ident()
         with self._lock:
             mine = [e for owner, e in self._errors if owner == me]
-            if mine:
-                rest = [(owner, e) for owner, e in self._errors if owner != me]
+            if mine or seen is not None:
+                rest = [(owner, e) for owner, e in self._errors
+                        if owner != me and e is not seen]
                 self._errors.clear()
                 self._errors.extend(rest)
         return mine
+
+    def report_unobserved(self) -> int:
+        """At exit: finish all work, print every error nobody observed; return their count."""
+        for s in list(self.streams.values()):
+            s.wait(s.issued)
+        with self._lock:
+            errors = [e for _, e in self._errors]
+            self._errors.clear()
+        for e in errors:
+            print(f"sbpflow: error in work whose result was never read: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
+        return len(errors)
 
     def wait_for(self, where) -> None:
         if where is not None:
@@ -260,7 +275,7 @@ class VirtualMachine:
             if where is not None and where[0].completed < where[1]:
                 where[0].wait(where[1])
         if blob.error is not None:
-            self._take_errors()
+            self._take_errors(blob.error)
             raise blob.error
         self.raise_pending()
         return blob.array if callback is None else callback(blob.array)
@@ -338,3 +353,14 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def _exit_with_unobserved_errors() -> None:
+    """A kernel error still pending at interpreter exit must not end in exit status 0."""
+    if _vm is not None and _vm.report_unobserved():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+atexit.register(_exit_with_unobserved_errors)
