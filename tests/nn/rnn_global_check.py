@@ -2,9 +2,10 @@
 
 Each configuration runs a module twice in this process from the same weights on the same
 data: once on local tensors (the oracle), once with the parameters broadcast and the batch
-split S(0) over all ranks (data parallel).  Outputs, final hidden states, the input's
-gradient and every parameter's gradient must agree, and each gradient must come back with
-its tensor's own SBP (a broadcast parameter's gradient all-reduced to B, the input's S(0)).
+split S(0) over all ranks (data parallel), padded or packed.  Outputs, final hidden states,
+the input's gradient and every parameter's gradient must agree, and each gradient must come
+back with its tensor's own SBP (a broadcast parameter's gradient all-reduced to B, the
+input's S(0)).
 
 Each rank prints `rank R: rnn global check passed (N configurations)`.
 """
@@ -18,6 +19,7 @@ import numpy as np
 
 import sbpflow as flow
 import sbpflow.nn as nn
+from sbpflow.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from sbpflow.sbp import B, S
 
 
@@ -29,6 +31,7 @@ class Config(NamedTuple):
     with_hx: bool = False
     dtype: object = flow.float64
     tol: float = 1e-10
+    lengths: tuple | None = None  # run as a PackedSequence of these lengths
 
 
 CONFIGS = [
@@ -41,6 +44,8 @@ CONFIGS = [
     Config("GRU, 2 layers, given h0", "GRU", {"batch_first": True, "num_layers": 2},
            with_hx=True),
     Config("RNN relu", "RNN", {"batch_first": True, "nonlinearity": "relu"}),
+    Config("LSTM, bidirectional, packed sequences (unsorted lengths)", "LSTM",
+           {"batch_first": True, "bidirectional": True}, with_hx=True, lengths=(2, 4, 1, 3, 4)),
 ]
 IN, HID, STEPS = 3, 4, 4
 
@@ -74,9 +79,17 @@ def run(cfg: Config, placement):
     hx = None
     if cfg.with_hx:
         hx = tuple(leaves[1:]) if cfg.module == "LSTM" else leaves[1]
-    out, h = model(leaves[0], hx)
+    if cfg.lengths is None:
+        out, h = model(leaves[0], hx)
+    else:
+        packed = pack_padded_sequence(leaves[0], list(cfg.lengths), batch_first=True,
+                                      enforce_sorted=False)
+        out, h = model(packed, hx)
+        out, lengths = pad_packed_sequence(out, batch_first=True)
+        assert lengths.tolist() == list(cfg.lengths)
     outs = [out, *(h if isinstance(h, tuple) else (h,))]
-    if placement is not None and cfg.batch > 1:
+    split = placement is not None and flow.env.get_world_size() > 1
+    if split and cfg.batch > 1 and cfg.lengths is None:
         # Data parallel all the way: the output stays split on the batch (axis 0 with
         # batch_first), the final states on their batch axis 1; nothing gathered to B.
         # (A batch of one row has no split to keep.)

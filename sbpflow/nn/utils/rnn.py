@@ -27,6 +27,8 @@ _PackedSequenceBase = namedtuple(
 
 
 def _index(values, device=None) -> Tensor:
+    """An int64 index tensor; `device` may be a tensor's `_where()`: for a global tensor,
+    its placement, and the index is broadcast there."""
     return creation.tensor(np.asarray(values, dtype=np.int64), dtype=dt.int64, device=device)
 
 
@@ -36,7 +38,7 @@ def invert_permutation(permutation):
     perm = np.asarray(permutation.tolist(), dtype=np.int64)
     inv = np.empty_like(perm)
     inv[perm] = np.arange(perm.size, dtype=np.int64)
-    return _index(inv, permutation.device)
+    return _index(inv, permutation._where())
 
 
 class PackedSequence(_PackedSequenceBase):
@@ -121,7 +123,7 @@ def pack_padded_sequence(input, lengths, batch_first: bool = False,
     if not enforce_sorted:
         order = np.argsort(-np.asarray(lens, dtype=np.int64), kind="stable")
         lens = [lens[i] for i in order]
-        sorted_indices = _index(order, input.device)
+        sorted_indices = _index(order, input._where())
         input = input.index_select(batch_dim, sorted_indices)
     if batch_first:
         input = S.transpose(input, 0, 1)
@@ -143,7 +145,7 @@ def pack_padded_sequence(input, lengths, batch_first: bool = False,
     sizes = _batch_sizes(lens)
     rows = np.concatenate([t * batch + np.arange(n) for t, n in enumerate(sizes)])
     flat = S.reshape(input, (steps * batch,) + tuple(input.shape[2:]))
-    data = flat.index_select(0, _index(rows, input.device))
+    data = flat.index_select(0, _index(rows, input._where()))
     return PackedSequence(data, _index(sizes), sorted_indices, None)
 
 
@@ -175,11 +177,11 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
         steps = max_len
     batch = int(sizes[0])
     rest = tuple(data.shape[1:])
-    pad = creation.full((1,) + rest, padding_value, dtype=data.dtype, device=data.device)
+    pad = creation.full((1,) + rest, padding_value, dtype=data.dtype, device=data._where())
     rows = _packed_rows(sizes, max_len, data.shape[0])
     if steps > max_len:
         rows = np.concatenate([rows, np.full((steps - max_len) * batch, data.shape[0])])
-    padded = S.cat([data, pad], 0).index_select(0, _index(rows, data.device))
+    padded = S.cat([data, pad], 0).index_select(0, _index(rows, data._where()))
     padded = S.reshape(padded, (steps, batch) + rest)
     lengths = (sizes[None, :] > np.arange(batch)[:, None]).sum(axis=1).astype(np.int64)
     if unsorted is not None:
@@ -217,8 +219,8 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
     valid = (pos >= 0) & (pos < lens[None, :])
     rows = np.where(valid, starts[None, :] + pos, n_rows).reshape(-1)
     first = sequences[0]
-    pad = creation.full((1,) + rest, padding_value, dtype=first.dtype, device=first.device)
-    out = S.cat(sequences + [pad], 0).index_select(0, _index(rows, first.device))
+    pad = creation.full((1,) + rest, padding_value, dtype=first.dtype, device=first._where())
+    out = S.cat(sequences + [pad], 0).index_select(0, _index(rows, first._where()))
     out = S.reshape(out, (steps, batch) + rest)
     return S.transpose(out, 0, 1) if batch_first else out
 
