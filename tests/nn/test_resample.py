@@ -393,10 +393,12 @@ def test_affine_grid_warnings_and_errors():
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
-def test_grid_sample_matches_torch(mode, padding_mode, align_corners):
+@pytest.mark.parametrize("xs,gs", [((2, 3, 5, 6), (2, 4, 7, 2)),
+                                   ((2, 2, 3, 4, 5), (2, 2, 3, 4, 3))])
+def test_grid_sample_matches_torch(mode, padding_mode, align_corners, xs, gs):
     rng = np.random.default_rng(10)
-    x = rng.standard_normal((2, 3, 5, 6))
-    grid = rng.uniform(-2.5, 2.5, (2, 4, 7, 2))  # inside, outside, and reflected twice
+    x = rng.standard_normal(xs)
+    grid = rng.uniform(-2.5, 2.5, gs)  # inside, outside, and reflected twice
     tx, tg = torch.tensor(x, requires_grad=True), torch.tensor(grid, requires_grad=True)
     fx, fg = flow.tensor(x, requires_grad=True), flow.tensor(grid, requires_grad=True)
     kw = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)

@@ -13,6 +13,7 @@ the `im2col` and `col2im` ops, with the batch axis added for unbatched input.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 
@@ -343,36 +344,45 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     if grid.shape[-1] != input.ndim - 2:
         raise RuntimeError(f"{name}(): expected grid to have size {input.ndim - 2} in last "
                            f"dimension, but got grid with sizes {list(grid.shape)}")
-    if input.ndim == 5 or mode == "bicubic":
-        what = "5-D (volumetric) input" if input.ndim == 5 else "mode='bicubic'"
-        raise NotImplementedError(f"grid_sample(): {what} is not implemented in sbpflow")
-    nb, c, h, w = input.shape
-    _, ho, wo, _ = grid.shape
-    ix = _grid_source_index(grid[..., 0], w, padding_mode, align_corners)
-    iy = _grid_source_index(grid[..., 1], h, padding_mode, align_corners)
-    flat = reshape(input, (nb, c, h * w))
+    if mode == "bicubic":
+        raise NotImplementedError("grid_sample(): mode='bicubic' is not implemented in sbpflow")
+    nb, c, *sizes = input.shape
+    out = tuple(grid.shape[1:-1])
+    n = len(sizes)
+    # grid[..., k] addresses spatial axis n - 1 - k (x is the width, the last axis)
+    src = [_grid_source_index(grid[..., n - 1 - a], sizes[a], padding_mode, align_corners)
+           for a in range(n)]
+    flat = reshape(input, (nb, c, math.prod(sizes)))
+    length = math.prod(out)
 
-    def tap(x, y):
-        """input at integer-valued pixel coordinates (x, y) (N, Ho, Wo), and where they lie
-        inside the image (zero outside, as the zeros padding reads)."""
-        inside = (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
-        index = y.clamp(0, h - 1) * w + x.clamp(0, w - 1)
-        index = reshape(index.long(), (nb, 1, ho * wo)).expand(nb, c, ho * wo)
-        values = reshape(flat.gather(2, index), (nb, c, ho, wo))
-        return values, reshape(inside.to(input.dtype), (nb, 1, ho, wo))
+    def tap(points):
+        """input at integer-valued pixel coordinates (one (N, *out) tensor per axis), and
+        where they lie inside the image (zero outside, as the zeros padding reads)."""
+        inside = index = None
+        for a, p in enumerate(points):
+            ok = (p >= 0) & (p <= sizes[a] - 1)
+            inside = ok if inside is None else inside & ok
+            term = p.clamp(0, sizes[a] - 1) * math.prod(sizes[a + 1:])
+            index = term if index is None else index + term
+        index = reshape(index.long(), (nb, 1, length)).expand(nb, c, length)
+        values = reshape(flat.gather(2, index), (nb, c, *out))
+        return values, reshape(inside.to(input.dtype), (nb, 1, *out))
 
     if mode == "nearest":  # nearbyint: halves to even, as torch.round
-        values, inside = tap(ix.round(), iy.round())
+        values, inside = tap([p.round() for p in src])
         return values * inside
-    x0, y0 = ix.floor(), iy.floor()
-    fx, fy = ix - x0, iy - y0
-    out = None
-    for dx, wx in ((0, 1 - fx), (1, fx)):
-        for dy, wy in ((0, 1 - fy), (1, fy)):
-            values, inside = tap(x0 + dx, y0 + dy)
-            term = values * (reshape(wx * wy, (nb, 1, ho, wo)) * inside)
-            out = term if out is None else out + term
-    return out
+    base = [p.floor() for p in src]
+    frac = [p - b for p, b in zip(src, base, strict=True)]
+    result = None
+    for corner in itertools.product((0, 1), repeat=n):
+        weight = None
+        for d, f in zip(corner, frac, strict=True):
+            wa = f if d else 1 - f
+            weight = wa if weight is None else weight * wa
+        values, inside = tap([b + d for b, d in zip(base, corner, strict=True)])
+        term = values * (reshape(weight, (nb, 1, *out)) * inside)
+        result = term if result is None else result + term
+    return result
 
 
 METHODS: dict = {}
