@@ -88,7 +88,7 @@ class layout:  # noqa: N801 - torch's name
 strided = layout("strided")
 
 
-def check_memory_format(op: str, t: Tensor, fmt, *, preserve_ok: bool = True) -> None:
+def check_memory_format(op: str, t: Tensor, fmt) -> None:
     """Validate a memory_format= argument as torch does (type, and the rank channels_last
     formats need)."""
     if fmt is None:
@@ -96,9 +96,6 @@ def check_memory_format(op: str, t: Tensor, fmt, *, preserve_ok: bool = True) ->
     if not isinstance(fmt, memory_format):
         raise TypeError(f"{op}(): argument 'memory_format' must be sbpflow.memory_format, not "
                         f"{type(fmt).__name__}")
-    if fmt is preserve_format and not preserve_ok:
-        raise RuntimeError(f"{op}(): preserve memory format is unsupported by the "
-                           "contiguous operator")
     need = {"channels_last": 4, "channels_last_3d": 5}.get(fmt.name)
     if need is not None and t.ndim != need:
         raise RuntimeError(f"required rank {need} tensor to use {fmt.name} format")
@@ -225,7 +222,7 @@ class Tensor:
         fmt = memory_format
         if fmt is None or fmt is contiguous_format:
             return self.stride() == _contiguous_strides(self._meta.shape)
-        check_memory_format("is_contiguous", self, fmt, preserve_ok=False)
+        check_memory_format("is_contiguous", self, fmt)
         # channels_last: the strides of the same shape laid out as N, spatial..., C
         shape = self._meta.shape
         order = (0, *range(2, len(shape)), 1)

@@ -337,6 +337,15 @@ def test_memory_formats_accepted_same_values():
           lambda: torch.zeros(2, 3).contiguous(memory_format=torch.channels_last))
     _same(lambda: flow.zeros(2, 3, 4, 5).contiguous(memory_format=flow.channels_last_3d),
           lambda: torch.zeros(2, 3, 4, 5).contiguous(memory_format=torch.channels_last_3d))
+    for call in (lambda lib, t: t.to(memory_format=lib.channels_last),
+                 lambda lib, t: t.to(lib.float64, memory_format=lib.channels_last),
+                 lambda lib, t: t.clone(memory_format=lib.channels_last),
+                 lambda lib, t: lib.empty_like(t, memory_format=lib.channels_last),
+                 lambda lib, t: lib.zeros_like(t, memory_format=lib.channels_last_3d),
+                 lambda lib, t: t.contiguous(memory_format=lib.preserve_format).shape):
+        _same(lambda c=call: c(flow, flow.zeros(2, 3)), lambda c=call: c(torch, torch.zeros(2, 3)))
+    with pytest.raises(TypeError, match="memory_format"):
+        flow.zeros(2).to(memory_format="channels_last")
     for shape in ((1, 2, 3, 4), (2, 1, 3, 4), (2, 3, 1, 1)):
         assert (flow.zeros(shape).is_contiguous(memory_format=flow.channels_last)
                 is torch.zeros(shape).is_contiguous(memory_format=torch.channels_last)), shape

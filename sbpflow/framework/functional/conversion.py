@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from ..._core import dtype as dt
 from ...device import Device
-from ..tensor import Tensor
+from ..tensor import Tensor, check_memory_format
 from ._base import call
 
 
 def clone(input: Tensor, *, memory_format=None) -> Tensor:
+    check_memory_format("clone", input, memory_format)
     return call("clone", input)
 
 
@@ -24,6 +25,7 @@ def to(self: Tensor, *args, dtype=None, device=None, copy=False, non_blocking=Fa
             raise RuntimeError("Cannot access accelerator device when none is available.")
         elif a is not None:
             dtype = a
+    check_memory_format("to", self, memory_format)
     out = self
     if dtype is not None and dt.as_dtype(dtype) is not self.dtype:
         out = call("to_dtype", out, dtype=dt.as_dtype(dtype))

@@ -11,7 +11,7 @@ from ...sbp import Placement, normalize_sbp
 from .. import interpreter
 from ..generator import get_rng_state, set_rng_state  # re-exported as sbpflow.*
 from ..global_tensor import GlobalDevice, from_logical
-from ..tensor import Tensor
+from ..tensor import Tensor, check_memory_format
 from ._base import call, shape_args
 
 _CPU = Device("cpu")
@@ -162,6 +162,7 @@ def empty(*size, dtype=None, device=None,
 def _like(fn):
     def like(input, *args, dtype=None, device=None, requires_grad=False, memory_format=None,
              **kw):
+        check_memory_format(fn.__name__ + "_like", input, memory_format)
         return fn(tuple(input.shape), *args, dtype=input.dtype if dtype is None else dtype,
                   device=_where_of(input) if device is None else device,
                   requires_grad=requires_grad, **kw)

@@ -150,7 +150,7 @@ def t(input: Tensor):
 def contiguous(input: Tensor, memory_format=None):
     from ..tensor import check_memory_format
 
-    check_memory_format("contiguous", input, memory_format, preserve_ok=False)
+    check_memory_format("contiguous", input, memory_format)
     return input if input.is_contiguous() else call("clone", input)
 
 
