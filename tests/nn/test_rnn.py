@@ -541,3 +541,15 @@ def test_float32_default_dtype(name):
     for (n, p), (_, tp) in zip(ours.named_parameters(), theirs.named_parameters()):
         assert p.grad.dtype == flow.float32
         np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), 1e-4, 1e-5, err_msg=n)
+
+
+@pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"])
+def test_hidden_dtype_mismatch_is_a_runtime_error(name):
+    """float32 hidden state, float64 weights and input: RuntimeError in both libraries."""
+    ours, theirs = _pair(name, 3, 4)
+    cell = name.endswith("Cell")
+    for mod, lib in ((theirs, torch), (ours, flow)):
+        x = lib.zeros(*((2, 3) if cell else (5, 2, 3)), dtype=lib.float64)
+        h = lib.zeros(*((2, 4) if cell else (1, 2, 4)))
+        with pytest.raises(RuntimeError, match="dtype"):
+            mod(x, (h, h) if name.startswith("LSTM") else h)
