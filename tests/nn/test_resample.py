@@ -424,3 +424,30 @@ def test_grid_sample_warnings_and_errors():
                            align_corners=False, **kw)
     with pytest.raises(NotImplementedError, match="bicubic"):
         F.grid_sample(flow.tensor(x), flow.tensor(g), mode="bicubic", align_corners=False)
+
+
+def test_resampling_modules_in_graph_match_eager():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Upsample(scale_factor=1.5, mode="bilinear")
+            self.shuffle = nn.PixelShuffle(2)
+            self.unfold = nn.Unfold(2, stride=(1, 2))
+
+        def forward(self, x):
+            y = self.shuffle(self.up(x))
+            return self.unfold(y), F.interpolate(y, size=(3, 4), mode="bicubic")
+
+    net = Net()
+
+    class Graph(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def build(self, x):
+            return self.net(x)
+
+    x = flow.tensor(np.random.default_rng(11).standard_normal((2, 8, 4, 5)))
+    for eager, lazy in zip(net(x), Graph()(x), strict=True):
+        _close(lazy, torch.tensor(eager.numpy()), 1e-12)
