@@ -117,10 +117,13 @@ def test_weighted_and_legacy_loss_arguments():
     assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight"]
     np.testing.assert_allclose(ours(flow.tensor(x), flow.tensor(y)).item(),
                                theirs(torch.tensor(x), torch.tensor(y)).item(), rtol=1e-5)
-    with pytest.warns(UserWarning):  # torch's legacy size_average/reduce warn
-        legacy = torch.nn.SoftMarginLoss(size_average=False)
-    ours = nn.SoftMarginLoss(size_average=False)
-    assert ours.reduction == legacy.reduction == "sum"
+    for kw in ({"size_average": False}, {"reduce": False}, {"size_average": True}):
+        with pytest.warns(UserWarning) as wt:  # torch's legacy size_average/reduce warn
+            legacy = torch.nn.SoftMarginLoss(**kw)
+        with pytest.warns(UserWarning) as wo:
+            ours = nn.SoftMarginLoss(**kw)
+        assert ours.reduction == legacy.reduction
+        assert [str(w.message) for w in wo] == [str(w.message) for w in wt]
 
 
 def test_loss_constructor_errors_match_torch():

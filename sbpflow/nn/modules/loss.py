@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from .. import functional as F
 from .module import Module
 
@@ -17,10 +19,12 @@ class _Loss(Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         if size_average is not None or reduce is not None:
-            # torch's legacy arguments: map them onto reduction.
+            # torch's legacy arguments: map them onto reduction, with torch's warning.
             size_average = True if size_average is None else size_average
             reduce = True if reduce is None else reduce
             reduction = "none" if not reduce else ("mean" if size_average else "sum")
+            warnings.warn("size_average and reduce args will be deprecated, please use "
+                          f"reduction='{reduction}' instead.", UserWarning, stacklevel=3)
         self.reduction = reduction
 
 
