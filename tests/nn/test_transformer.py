@@ -771,3 +771,49 @@ def test_encoder_inference_kernel_values_as_torch(kw, stack, hint, norm_first):
         f = ours(flow.tensor(x), **{k: v if isinstance(v, bool) else flow.tensor(v)
                                     for k, v in kw.items()})
     np.testing.assert_allclose(_np(f), _np(t), RTOL, ATOL)  # NaN where torch has NaN
+
+
+_MHA_INFERENCE_MASKS = {
+    "padding": {"key_padding_mask": _DEAD_KPM},
+    "mask": {"attn_mask": _DEAD_MASK},
+    "both": {"attn_mask": _DEAD_MASK, "key_padding_mask": _DEAD_KPM},
+    "per-head-weights": {"key_padding_mask": _DEAD_KPM, "average_attn_weights": False},
+    "float-mask": {"attn_mask": np.where(_DEAD_MASK, -np.inf, 0).astype(np.float32)},
+    "causal-hint": {"attn_mask": _causal(4), "is_causal": True},
+    "hint-on-other-mask": {"attn_mask": _DEAD_MASK, "is_causal": True},
+}
+
+
+@pytest.mark.parametrize("masks", list(_MHA_INFERENCE_MASKS.values()),
+                         ids=list(_MHA_INFERENCE_MASKS))
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "no-weights"])
+@pytest.mark.parametrize("kw,self_attention", [
+    ({"batch_first": True}, True),
+    ({"batch_first": True}, False),
+    ({}, True),
+    ({"batch_first": True, "add_bias_kv": True}, True),
+], ids=["fused", "cross", "seq-first", "bias_kv"])
+def test_multihead_attention_inference_values_as_torch(masks, need_weights, kw,
+                                                       self_attention):
+    """Evaluation without gradients: torch's fused self-attention kernel (batch_first, bool
+    masks) ignores the causal hint and gives NaN where a query may attend to no key; the
+    other paths are its ordinary ones."""
+    torch.manual_seed(0)
+    theirs, ours = torch.nn.MultiheadAttention(D, H, **kw).eval(), nn.MultiheadAttention(
+        D, H, **kw).eval()
+    _load_from_torch(ours, theirs)
+    x, other = _x(3, 4, D), _x(3, 4, D, seed=1)  # batch 3, length 4
+    if not kw.get("batch_first"):
+        x, other = x.swapaxes(0, 1).copy(), other.swapaxes(0, 1).copy()
+    outs = []
+    for lib, m in ((torch, theirs), (flow, ours)):
+        q = lib.tensor(x)
+        kv = q if self_attention else lib.tensor(other)
+        args = {k: lib.tensor(v) if isinstance(v, np.ndarray) else v for k, v in masks.items()}
+        with lib.no_grad():
+            outs.append(m(q, kv, kv, need_weights=need_weights, **args))
+    (t_out, t_w), (f_out, f_w) = outs
+    np.testing.assert_allclose(_np(f_out), _np(t_out), RTOL, ATOL)
+    assert (f_w is None) == (t_w is None)
+    if t_w is not None:
+        np.testing.assert_allclose(_np(f_w), _np(t_w), RTOL, ATOL)

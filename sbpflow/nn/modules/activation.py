@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from ...autograd.grad_mode import is_grad_enabled
 from ...framework.functional import creation, shape
 from ...framework.parameter import Parameter
 from .. import functional as F
@@ -371,8 +372,30 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True,
                 attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
+        if self._fused_inference(query, key, value, attn_mask, key_padding_mask):
+            # torch's fused kernel: the masks as given (no causal hint), NaN for a query that
+            # may attend to no key
+            return self._attend(query, key, value, key_padding_mask, need_weights, attn_mask,
+                                average_attn_weights, False, zero_dead_rows=False)
         return self._attend(query, key, value, key_padding_mask, need_weights, attn_mask,
                             average_attn_weights, is_causal, zero_dead_rows=not need_weights)
+
+    def _fused_inference(self, query, key, value, attn_mask, key_padding_mask) -> bool:
+        """Where torch runs this module with its fused kernel (_native_multi_head_attention):
+        its conditions (self-attention in evaluation, without gradients, bool masks...)."""
+        if any(m is not None and m.dtype.is_floating_point
+               for m in (attn_mask, key_padding_mask)):
+            return False
+        w, b = self.in_proj_weight, self.in_proj_bias
+        if (query.dim() != 3 or query is not key or key is not value or w is None
+                or b is None or query.dtype != b.dtype or query.dtype != w.dtype
+                or self.training or self.num_heads % 2 or not self.batch_first
+                or self.bias_k is not None or self.bias_v is not None or self.add_zero_attn
+                or not self._qkv_same_embed_dim):
+            return False
+        return not (is_grad_enabled() and any(
+            t is not None and t.requires_grad
+            for t in (query, w, b, self.out_proj.weight, self.out_proj.bias)))
 
     def _attend(self, query, key, value, key_padding_mask, need_weights, attn_mask,
                 average_attn_weights, is_causal, zero_dead_rows: bool):
