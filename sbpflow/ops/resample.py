@@ -3,10 +3,12 @@
 Every interpolation mode torch offers is separable: output position o along a spatial axis
 reads a few input positions idx[t, o] with weights w[t, o] (one tap for nearest, two for
 linear, four for bicubic), and the axes are resampled one after another.  The taps are built
-on the host from the sizes alone, with torch's coordinate rules (`_plan`), and cached; the
-kernel then gathers along one axis per tap and sums the weighted gathers, so no loop runs per
-pixel.  The gradient is the adjoint, axis by axis: a scatter-add of the weighted cotangent
-into the input positions (`upsample_*_grad`), whose own gradient is the forward op again.
+on the host from the sizes alone, with torch's coordinate rules (`_plan`), and cached.  No
+loop runs per pixel: nearest gathers every axis at once; linear and bicubic multiply a small
+axis by its dense (out, in) map in one GEMM, and a large axis gathers once per tap and sums
+the weighted gathers.  The gradient is the adjoint, axis by axis (`upsample_*_grad`): the
+transposed map, or, on a large axis, differences of prefix sums (a tap's indices never
+decrease, so the outputs feeding one input are a run).  Its own gradient is the forward op.
 
 torch computes the source coordinates in the op's accumulation type (float32 for float32
 and half inputs, float64 for float64) and the nearest indices always in float32; the plans
