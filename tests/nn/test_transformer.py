@@ -609,7 +609,9 @@ _RAGGED = np.array([[0, 0, 0, 1, 1], [0, 1, 0, 1, 1], [0, 0, 0, 0, 1]], bool)
     (_RAGGED, False, True, False),  # unchecked: each row keeps its first `length` keys
     (_LEFT, True, False, False),  # gradients wanted: the ordinary path
     (_LEFT, True, True, True),  # an attention mask too: the ordinary path
-], ids=["bool", "float", "float-finite", "ragged", "ragged-unchecked", "grad", "mask"])
+    (np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], bool), True, True, False),
+], ids=["bool", "float", "float-finite", "ragged", "ragged-unchecked", "grad", "mask",
+        "empty-row"])
 def test_encoder_nested_tensor_inference_values_as_torch(kpm, mask_check, no_grad, with_mask):
     """torch packs a padded batch into a nested tensor for inference: padded positions come
     out as zeros (then the final norm); the same values here."""
