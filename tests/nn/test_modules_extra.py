@@ -94,6 +94,12 @@ LOSSES = [
      lambda: [_f32(4, 3), _f32(4, 3), _f32(4, 3)]),
     ("TripletMarginWithDistanceLoss", {"reduction": "none"},
      lambda: [_f32(4, 3), _f32(4, 3), _f32(4, 3)]),
+    ("GaussianNLLLoss", {}, lambda: [_f32(4, 3), _f32(4, 3), _f32(4, 3, low=0.1)]),
+    ("GaussianNLLLoss", {"full": True, "reduction": "sum", "eps": 0.05},
+     lambda: [_f32(4, 3), _f32(4, 3), _f32(4, 3, low=0.0) * 0.1]),
+    ("GaussianNLLLoss", {"reduction": "none"}, lambda: [_f32(4, 3), _f32(4, 3),
+                                                        _f32(4, low=0.1)]),
+    ("GaussianNLLLoss", {}, lambda: [_f32(4, 3), _f32(4, 3), _f32(4, 1, low=0.1)]),
 ]
 
 
@@ -141,6 +147,21 @@ def test_loss_constructor_errors_match_torch():
     with pytest.raises(RuntimeError) as eo:
         nn.TripletMarginWithDistanceLoss()(flow.tensor(a), flow.tensor(b), flow.tensor(b))
     assert str(eo.value) == str(et.value)
+
+
+def test_gaussian_nll_errors_and_float_var_match_torch():
+    x, y = _f32(2, 3), _f32(2, 3)
+    for var_o, var_t, kw in (
+            (flow.ones(2, 2), torch.ones(2, 2), {}), (-flow.ones(2, 3), -torch.ones(2, 3), {}),
+            (flow.ones(2, 3), torch.ones(2, 3), {"reduction": "x"})):
+        with pytest.raises(ValueError) as et:
+            torch.nn.GaussianNLLLoss(**kw)(torch.tensor(x), torch.tensor(y), var_t)
+        with pytest.raises(ValueError) as eo:
+            nn.GaussianNLLLoss(**kw)(flow.tensor(x), flow.tensor(y), var_o)
+        assert str(eo.value) == str(et.value)
+    np.testing.assert_allclose(
+        nn.GaussianNLLLoss()(flow.tensor(x), flow.tensor(y), 0.5).item(),
+        torch.nn.GaussianNLLLoss()(torch.tensor(x), torch.tensor(y), 0.5).item(), rtol=1e-6)
 
 
 def test_triplet_with_custom_distance():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from .. import functional as F
@@ -11,7 +12,7 @@ __all__ = [
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "BCELoss",
     "BCEWithLogitsLoss", "CosineEmbeddingLoss", "HingeEmbeddingLoss", "HuberLoss", "KLDivLoss",
     "MarginRankingLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "SoftMarginLoss",
-    "TripletMarginLoss", "TripletMarginWithDistanceLoss",
+    "TripletMarginLoss", "TripletMarginWithDistanceLoss", "GaussianNLLLoss",
 ]
 
 
@@ -227,6 +228,45 @@ class TripletMarginWithDistanceLoss(_Loss):
         if self.reduction == "none":
             return loss
         raise ValueError(f"{self.reduction} is not a valid value for reduction")
+
+
+class GaussianNLLLoss(_Loss):
+    """0.5 * (log(max(var, eps)) + (input - target) ** 2 / max(var, eps)), plus
+    0.5 * log(2 pi) with full=True.  var may be one per element, one per row (the last
+    dimension of input dropped or kept as 1), or a float.  As torch, the eps clamp does not
+    cut the gradient with respect to var."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        self.full = full
+        self.eps = eps
+
+    def forward(self, input, target, var):
+        from ...framework.functional import creation
+        from ...framework.tensor import Tensor
+
+        if not isinstance(var, Tensor):
+            var = creation.full_like(input, float(var))
+        if tuple(var.shape) != tuple(input.shape):
+            if tuple(input.shape[:-1]) == tuple(var.shape):
+                var = var.unsqueeze(-1)  # one variance per row, shared over the last dim
+            elif not (tuple(input.shape[:-1]) == tuple(var.shape[:-1]) and var.shape[-1] == 1):
+                raise ValueError("var is of incorrect size")
+        if self.reduction not in ("none", "mean", "sum"):
+            raise ValueError(f"{self.reduction} is not valid")
+        if bool((var < 0).any()):
+            raise ValueError("var has negative entry/entries")
+        # clamp for stability, letting the gradient through as if unclamped (torch clamps a
+        # copy in place under no_grad)
+        var = var + (var.clamp(min=self.eps) - var).detach()
+        loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+        if self.full:
+            loss = loss + 0.5 * math.log(2 * math.pi)
+        if self.reduction == "mean":
+            return loss.mean()
+        if self.reduction == "sum":
+            return loss.sum()
+        return loss
 
 
 # CTCLoss (below) is owned by the ctc work.
