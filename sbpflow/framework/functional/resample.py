@@ -17,6 +17,7 @@ import itertools
 import math
 import warnings
 
+from ..._core import dtype as dt
 from ..tensor import Tensor
 from . import creation
 from . import elementwise as _elementwise
@@ -370,7 +371,13 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
 
     if mode == "nearest":  # nearbyint: halves to even, as torch.round
         values, inside = tap([p.round() for p in src])
-        return values * inside
+        result = values * inside
+        if grid.requires_grad:
+            # torch's grid gradient here is zeros, not None: join the grid in with a zero
+            # select (a multiply by zero would turn an inf in the grid into nan)
+            never = creation.zeros(nb, 1, *out, dtype=dt.bool_)
+            result = result + _elementwise.where(never, reshape(grid[..., 0], (nb, 1, *out)), 0.0)
+        return result
     base = [p.floor() for p in src]
     frac = [p - b for p, b in zip(src, base, strict=True)]
     result = None
