@@ -46,3 +46,9 @@ def test_non_dynamically_quantizable_linear_has_torchs_module_path():
     assert type(m).__module__ == "sbpflow.nn.modules.linear"
     assert repr(m) == repr(torch.nn.modules.linear.NonDynamicallyQuantizableLinear(3, 2))
     assert not hasattr(nn, "NonDynamicallyQuantizableLinear")  # as torch.nn
+
+
+def test_lazy_linear_says_it_is_not_offered():
+    with pytest.raises(NotImplementedError, match="LazyLinear: lazy modules .* not implemented"):
+        nn.LazyLinear(4)
+    assert issubclass(nn.LazyLinear, nn.Linear)  # as torch's

@@ -10,7 +10,7 @@ from .. import functional as F
 from .. import init
 from .module import Module
 
-__all__ = ["Bilinear", "Identity", "Linear"]
+__all__ = ["Bilinear", "Identity", "LazyLinear", "Linear"]
 
 
 class Identity(Module):
@@ -79,6 +79,16 @@ class Bilinear(Module):
     def extra_repr(self) -> str:
         return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
                 f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
+class LazyLinear(Linear):
+    """torch's Linear whose in_features is inferred at the first call: not offered (sbpflow
+    has no uninitialized parameters); constructing one says so."""
+
+    def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None):
+        raise NotImplementedError(
+            "LazyLinear: lazy modules (parameters whose shape is inferred at the first forward) "
+            "are not implemented in sbpflow; use Linear(in_features, out_features)")
 
 
 class NonDynamicallyQuantizableLinear(Linear):
