@@ -939,10 +939,9 @@ def _det_meta(a):
 
 
 def _det_grad(ctx, g):
-    # d det(A) = det(A) tr(A^-1 dA), so dA = g det(A) A^-T (A invertible).
-    scale = op("mul", g, ctx.output(0))
-    inv_t = _mT(op("linalg_inv", ctx.input(0)))
-    return (op("mul", op("unsqueeze", op("unsqueeze", scale, dim=-1), dim=-1), inv_t),)
+    # d det(A) = <cof(A), dA>: the cofactor matrix det(A) A^-T, also defined for singular A.
+    cof = op("linalg_cofactor", ctx.input(0))
+    return (op("mul", op("unsqueeze", op("unsqueeze", g, dim=-1), dim=-1), cof),)
 
 
 register(OpDef(
@@ -950,7 +949,7 @@ register(OpDef(
     inputs=("A",),
     infer_meta=_det_meta,
     kernel=lambda ctx, a: _device(ctx, np.linalg.det(_host(ctx, a))),
-    saves=("A", "out"),
+    saves=("A",),
     grad=_det_grad,
     sbp=_batch_sbp(1),
     reference="linalg.det",
@@ -959,6 +958,78 @@ register(OpDef(
         Sample(_square_samples(rng)(2, 3, 2, 2)),
         Sample(_rand(rng, 4, 4)),
         Sample(_square_samples(rng, np.float32)(2, 3, 3)),
+    ],
+))
+
+
+def _cofactor_meta(a):
+    _check_matrix("linalg.det", a)
+    return a
+
+
+def _exclusive_products(s):
+    """p_i = prod_{j != i} s_j along the last axis, without dividing (s may hold zeros)."""
+    ones = np.ones(s.shape[:-1] + (1,), s.dtype)
+    before = np.cumprod(np.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
+    after = np.cumprod(np.concatenate([ones, s[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
+    return before * after
+
+
+def _cofactor_kernel(ctx, a):
+    """cof(A) = det(A) A^-T (the gradient of det); for singular matrices through the SVD:
+    det(U) det(V) U diag(prod_{j != i} s_j) V^T, which is continuous there."""
+    x = _host(ctx, a)
+    flat = x.reshape((-1,) + x.shape[-2:])
+    det = np.linalg.det(flat)
+    try:
+        return _device(ctx, (det[:, None, None] * np.swapaxes(np.linalg.inv(flat), -1, -2)
+                             ).reshape(x.shape))
+    except np.linalg.LinAlgError:
+        pass
+    good = _lu_info(flat) == 0
+    out = np.empty_like(flat)
+    if good.any():
+        out[good] = det[good, None, None] * np.swapaxes(np.linalg.inv(flat[good]), -1, -2)
+    u, sv, vh = np.linalg.svd(flat[~good])
+    sign = np.linalg.det(u) * np.linalg.det(vh)
+    out[~good] = sign[:, None, None] * (u * _exclusive_products(sv)[:, None, :]) @ vh
+    return _device(ctx, out.reshape(x.shape))
+
+
+def _cofactor_grad(ctx, g):
+    # C = d B with d = det(A), B = A^-T: dC = d <B, dA> B - d B dA^T B, so
+    # gA = d (<G, B> B - B G^T B) (A invertible).
+    a = ctx.input(0)
+    b = _mT(op("linalg_inv", a))
+    d = op("unsqueeze", op("unsqueeze", op("linalg_det", a), dim=-1), dim=-1)
+    inner = op("sum", op("mul", g, b), dim=(-2, -1), keepdim=True)
+    ga = op("sub", op("mul", inner, b), op("matmul", op("matmul", b, _mT(g)), b))
+    return (op("mul", d, ga),)
+
+
+def _cofactor_reference(torch, a):
+    x = a if a.requires_grad else a.detach().requires_grad_()
+    return torch.autograd.grad(torch.linalg.det(x).sum(), x, create_graph=a.requires_grad)[0]
+
+
+register(OpDef(
+    "linalg_cofactor",
+    inputs=("A",),
+    infer_meta=_cofactor_meta,
+    kernel=_cofactor_kernel,
+    saves=("A",),
+    grad=_cofactor_grad,
+    sbp=_batch_sbp(1),
+    reference=_cofactor_reference,
+    samples=lambda rng: [
+        Sample(_square_samples(rng)(3, 3)),
+        Sample(_square_samples(rng)(2, 2, 4, 4)),
+        Sample(_square_samples(rng, np.float32)(2, 3, 3)),
+        # Singular matrices (rank 1 and rank 2 next to an invertible one): the SVD path.
+        # (torch returns zeros for some exactly singular matrices, e.g. diag(1, 2, 0), whose
+        # cofactor is not zero; tests/ops/test_linalg_decomp.py checks those by derivatives.)
+        Sample(np.stack([np.ones((3, 3)), [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]],
+                         _rand(rng, 3, 3)]), grad=False),
     ],
 ))
 

@@ -584,3 +584,32 @@ def test_matrix_exp(scale):
     _grads_match(flow.linalg.matrix_exp, torch.linalg.matrix_exp, [a], rtol=1e-9, atol=1e-9)
     _close(flow.matrix_exp(flow.tensor(a)), torch.matrix_exp(torch.tensor(a)), 1e-9, 1e-9)
     _close(flow.tensor(a).matrix_exp(), torch.tensor(a).matrix_exp(), 1e-9, 1e-9)
+
+
+def _cofactor_fd(a, eps=1e-6):
+    """The gradient of det by central differences (det is a polynomial: exact up to
+    rounding)."""
+    out = np.zeros(a.shape)
+    for idx in np.ndindex(a.shape):
+        e = np.zeros(a.shape)
+        e[idx] = eps
+        out[idx] = (np.linalg.det(a + e) - np.linalg.det(a - e)) / (2 * eps)
+    return out
+
+
+def test_det_gradient_of_singular_matrices():
+    """The cofactor matrix, continuous at singular matrices (torch returns zeros for some
+    exactly singular ones, e.g. diag(1, 2, 0), where the derivative is not zero)."""
+    mats = [np.diag([1.0, 2.0, 0.0]), np.ones((3, 3)), np.array([[1.0, 2.0], [2.0, 4.0]]),
+            np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]]), np.zeros((2, 2))]
+    for m in mats:
+        a = flow.tensor(m, requires_grad=True)
+        flow.linalg.det(a).backward()
+        np.testing.assert_allclose(a.grad.numpy(), _cofactor_fd(m), atol=1e-8)
+    # A batch mixing invertible and singular matrices.
+    rng = np.random.default_rng(30)
+    batch = np.stack([_square(rng, 3, 3), np.diag([1.0, 2.0, 0.0]), rng.standard_normal((3, 3))])
+    a = flow.tensor(batch, requires_grad=True)
+    flow.linalg.det(a).sum().backward()
+    for k in range(3):
+        np.testing.assert_allclose(a.grad.numpy()[k], _cofactor_fd(batch[k]), atol=1e-8)
