@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __all__ = [
     "current_accelerator", "current_device_idx", "current_device_index", "current_stream",
-    "device_count", "device_index", "empty_cache", "get_memory_info", "is_available",
+    "device_count", "device_index", "empty_cache", "empty_host_cache", "get_device_capability",
+    "get_memory_info", "is_available",
     "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
     "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
     "set_device_idx", "set_device_index", "set_stream", "synchronize",
@@ -48,6 +49,8 @@ current_stream = _needs_accelerator("current_stream")
 set_stream = _needs_accelerator("set_stream")
 synchronize = _needs_accelerator("synchronize")
 empty_cache = _needs_accelerator("empty_cache")
+empty_host_cache = _needs_accelerator("empty_host_cache")
+get_device_capability = _needs_accelerator("get_device_capability")
 get_memory_info = _needs_accelerator("get_memory_info")
 memory_allocated = _needs_accelerator("memory_allocated")
 max_memory_allocated = _needs_accelerator("max_memory_allocated")

@@ -247,7 +247,9 @@ def test_grad_scaler_cpu_matches_torch():
 # -- accelerator, backends, onnx ------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["current_accelerator", "is_available", "device_count",
                                   "current_device_index", "synchronize", "current_stream",
-                                  "empty_cache", "memory_allocated", "get_memory_info"])
+                                  "empty_cache", "memory_allocated", "get_memory_info",
+                                  "empty_host_cache", "get_device_capability", "memory_stats",
+                                  "reset_peak_memory_stats", "max_memory_reserved"])
 def test_accelerator_matches_torch(name):
     ours, theirs = _same(getattr(flow.accelerator, name), getattr(torch.accelerator, name))
     if not isinstance(theirs, str):
