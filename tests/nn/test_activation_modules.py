@@ -188,3 +188,15 @@ def test_prelu_is_a_learnable_parameter_per_channel():
     opt.step()
     # d/dw sum(w * x) over 4 negative entries of -1 each per channel: -4; w -> 0.2 + 4
     np.testing.assert_allclose(m.weight.detach().numpy(), np.full(3, 4.2))
+
+
+def test_class_hierarchy_is_torchs():
+    """isinstance checks in user code see what they see with torch (ReLU6 is a Hardtanh,
+    CELU is not an ELU, every one is a Module)."""
+    import torch.nn.modules.activation as tact
+
+    for a in tact.__all__:
+        for b in tact.__all__:
+            assert issubclass(getattr(nn, a), getattr(nn, b)) == issubclass(
+                getattr(torch.nn, a), getattr(torch.nn, b)), (a, b)
+        assert issubclass(getattr(nn, a), nn.Module)

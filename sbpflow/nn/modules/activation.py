@@ -156,9 +156,17 @@ class ELU(Module):
         return f"alpha={self.alpha}{_inplace_str(self.inplace)}"
 
 
-class CELU(ELU):
+class CELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
     def forward(self, input):
         return F.celu(input, self.alpha, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}{_inplace_str(self.inplace)}"
 
 
 class SELU(_Inplaceable):
@@ -233,9 +241,16 @@ class Softplus(Module):
         return f"beta={self.beta}, threshold={self.threshold}"
 
 
-class Softshrink(Hardshrink):
+class Softshrink(Module):
+    def __init__(self, lambd: float = 0.5):
+        super().__init__()
+        self.lambd = lambd
+
     def forward(self, input):
         return F.softshrink(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.lambd)
 
 
 class PReLU(Module):
