@@ -1226,6 +1226,10 @@ register(OpDef(
 # (the rule is locally constant, so gradients are those of torch's formulas).
 def _fix_sign_np(vectors, axis):
     """Signs (+-1) making each vector's largest-magnitude entry (along `axis`) positive."""
+    if vectors.shape[axis] == 0:  # empty vectors: nothing to fix
+        shape = list(vectors.shape)
+        shape[axis] = 1
+        return np.ones(shape, vectors.dtype)
     idx = np.expand_dims(np.argmax(np.abs(vectors), axis=axis), axis)
     s = np.sign(np.take_along_axis(vectors, idx, axis=axis))
     return np.where(s == 0, 1, s).astype(vectors.dtype)

@@ -613,3 +613,23 @@ def test_det_gradient_of_singular_matrices():
     flow.linalg.det(a).sum().backward()
     for k in range(3):
         np.testing.assert_allclose(a.grad.numpy()[k], _cofactor_fd(batch[k]), atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 3), (2, 0, 0), (3, 0)])
+@pytest.mark.parametrize("name", ["inv", "det", "slogdet", "cholesky", "eigh", "svd", "qr",
+                                  "svdvals", "pinv", "matrix_norm", "inv_ex", "cholesky_ex"])
+def test_empty_inputs(shape, name):
+    a = np.zeros(shape)
+    try:
+        ref = getattr(torch.linalg, name)(torch.tensor(a))
+    except RuntimeError as e:
+        _same_error(lambda: getattr(flow.linalg, name)(flow.tensor(a)),
+                    lambda: getattr(torch.linalg, name)(torch.tensor(a)))
+        assert "square" in str(e)
+        return
+    out = getattr(flow.linalg, name)(flow.tensor(a))
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    out = out if isinstance(out, tuple) else (out,)
+    assert [tuple(o.shape) for o in out] == [tuple(r.shape) for r in ref]
+    for o, r in zip(out, ref):
+        _close(o, r)
