@@ -1171,8 +1171,10 @@ def _cholesky_meta(a, upper):
 
 def _cholesky_kernel(ctx, a, upper):
     x = _host(ctx, a)
+    if upper:  # torch reads the upper triangle then: the lower one of A^T
+        x = np.swapaxes(x, -1, -2)
     try:
-        lo = np.linalg.cholesky(x)  # reads the lower triangle, as torch does
+        lo = np.linalg.cholesky(x)  # reads the lower triangle
     except np.linalg.LinAlgError:
         raise _not_pd_error("linalg.cholesky", x.shape, _cholesky_info(x)[0]) from None
     return _device(ctx, np.swapaxes(lo, -1, -2) if upper else lo)
@@ -1526,6 +1528,8 @@ def _cholesky_ex_meta(a, upper, check_errors):
 
 def _cholesky_ex_kernel(ctx, a, upper, check_errors):
     x = _host(ctx, a)
+    if upper:  # the upper triangle, as linalg_cholesky
+        x = np.swapaxes(x, -1, -2)
     try:
         lo, info = np.linalg.cholesky(x), np.zeros(x.shape[:-2], np.int32)
     except np.linalg.LinAlgError:

@@ -633,3 +633,19 @@ def test_empty_inputs(shape, name):
     assert [tuple(o.shape) for o in out] == [tuple(r.shape) for r in ref]
     for o, r in zip(out, ref):
         _close(o, r)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_one_triangle_is_read(upper):
+    """cholesky reads the lower triangle, or the upper one with upper=True (as torch)."""
+    rng = np.random.default_rng(31)
+    a = _spd(rng, 2, 3, 3)
+    noisy = a + np.triu(rng.standard_normal((3, 3)), 1) * (1 if not upper else 0) + np.tril(
+        rng.standard_normal((3, 3)), -1) * (1 if upper else 0)
+    _close(flow.linalg.cholesky(flow.tensor(noisy), upper=upper),
+           torch.linalg.cholesky(torch.tensor(noisy), upper=upper))
+    _close(flow.linalg.cholesky_ex(flow.tensor(noisy), upper=upper).L,
+           torch.linalg.cholesky_ex(torch.tensor(noisy), upper=upper).L)
+    uplo = "U" if upper else "L"
+    _close(flow.linalg.eigvalsh(flow.tensor(noisy), UPLO=uplo),
+           torch.linalg.eigvalsh(torch.tensor(noisy), UPLO=uplo))
