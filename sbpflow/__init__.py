@@ -64,6 +64,10 @@ from . import distributed  # noqa: E402  (publishes flow.comm.all_reduce and the
 # torch's device and backend namespaces (CPU only: no CUDA, no accelerator)
 from . import accelerator, amp, backends, cuda, onnx, random, testing, types  # noqa: E402
 from .amp import autocast  # noqa: E402
+from ._legacy_types import CPU_TYPES as _CPU_TYPES  # noqa: E402
+from ._legacy_types import tensortype  # noqa: E402, F401
+
+globals().update(_CPU_TYPES)  # sbpflow.FloatTensor, LongTensor, ... (torch's legacy types)
 from ._globals import (  # noqa: E402
     are_deterministic_algorithms_enabled, finfo, get_float32_matmul_precision, get_num_threads,
     iinfo, is_deterministic_algorithms_warn_only_enabled, is_nonzero, layout, numel,

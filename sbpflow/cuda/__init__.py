@@ -213,3 +213,12 @@ class Stream:
 class Event:
     def __new__(cls, *args, **kwargs):
         raise RuntimeError("Tried to instantiate dummy base class Event")
+
+
+def __getattr__(name):
+    # torch.cuda.FloatTensor, ...: the legacy CUDA tensor types (building one raises)
+    from .._legacy_types import CUDA_TYPES
+
+    if name in CUDA_TYPES:
+        return CUDA_TYPES[name]
+    raise AttributeError(f"module 'sbpflow.cuda' has no attribute '{name}'")

@@ -382,17 +382,18 @@ class Tensor:
         return to_local(self, copy=copy)
 
     def _type_name(self) -> str:
-        return {
-            "float32": "torch.FloatTensor", "float64": "torch.DoubleTensor",
-            "float16": "torch.HalfTensor", "bfloat16": "torch.BFloat16Tensor",
-            "int64": "torch.LongTensor", "int32": "torch.IntTensor",
-            "int16": "torch.ShortTensor", "int8": "torch.CharTensor",
-            "uint8": "torch.ByteTensor", "bool": "torch.BoolTensor",
-        }[self.dtype.name]
+        return "torch." + _TYPE_NAMES[self.dtype.name]
 
-    def type(self, dtype=None):
+    def type(self, dtype=None, non_blocking: bool = False):
+        """t.type(): the legacy type name; t.type(dtype, a legacy type such as
+        sbpflow.LongTensor, or a name such as "torch.LongTensor"): t converted."""
         if dtype is None:
             return self._type_name().replace("torch", "sbpflow")
+        if isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), dt.DType):
+            dtype = ("torch.cuda." if getattr(dtype, "is_cuda", False) else "torch.") + \
+                dtype.__name__
+        if isinstance(dtype, str):
+            dtype = dtype_of_type_name(dtype)
         return self.to(dtype)
 
     # -- autograd -------------------------------------------------------------------------
@@ -661,6 +662,27 @@ def _rebuild_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:
 for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
               "__ipow__", "__iand__", "__ior__", "__ixor__"):
     setattr(_DataTensor, _name, _data_inplace_operator(_name))
+
+
+_TYPE_NAMES = {
+    "float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+    "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+    "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor", "bool": "BoolTensor",
+}
+
+
+def dtype_of_type_name(name: str) -> dt.DType:
+    """The dtype of a legacy type name ("torch.FloatTensor", "sbpflow.LongTensor"); CUDA
+    type names raise, as in torch's CPU build."""
+    for prefix in ("torch.", "sbpflow."):
+        if name.startswith(prefix + "cuda.") and name.endswith("Tensor"):
+            raise RuntimeError("Cannot initialize CUDA without ATen_cuda library: CUDA tensor "
+                               "types need a CUDA build (sbpflow runs on the CPU)")
+        if name.startswith(prefix):
+            for dname, tname in _TYPE_NAMES.items():
+                if name[len(prefix):] == tname:
+                    return dt.as_dtype(dname)
+    raise ValueError(f"invalid type: '{name}'")
 
 
 # Set while nn.Graph.build() is traced (graph/trace.py): fn(tensor) raises for an eager tensor

@@ -445,3 +445,45 @@ def test_num_threads(monkeypatch):
         np.testing.assert_allclose((flow.ones(8, 8) @ flow.ones(8, 8)).numpy(), 8.0)
     finally:
         flow.set_num_threads(old)
+
+
+# -- legacy tensor types ------------------------------------------------------------------------
+LEGACY = ["FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
+          "IntTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor"]
+
+
+@pytest.mark.parametrize("name", LEGACY)
+def test_legacy_tensor_types_match_torch(name):
+    ours, theirs = getattr(flow, name), getattr(torch, name)
+    assert ours.dtype.name == str(theirs.dtype).split(".")[-1].replace("bool", "bool")
+    a, b = ours(2, 3), theirs(2, 3)
+    assert tuple(a.shape) == tuple(b.shape) and str(a.dtype).split(".")[-1] == str(
+        b.dtype).split(".")[-1]
+    assert tuple(ours().shape) == tuple(theirs().shape) == (0,)
+    assert tuple(ours(flow.Size([4])).shape) == tuple(theirs(torch.Size([4])).shape)
+    data = [[1, 0], [3, 4]]
+    np.testing.assert_array_equal(ours(data).numpy().astype(np.float64),
+                                  theirs(data).float().numpy().astype(np.float64))
+    assert isinstance(ours(data), ours) and isinstance(theirs(data), theirs)
+    other = "LongTensor" if name != "LongTensor" else "FloatTensor"
+    assert not isinstance(getattr(flow, other)(data), ours)
+    assert not isinstance(ours(data), getattr(flow.cuda, name))
+    assert ours(data).type() == "sbpflow." + name
+    assert flow.zeros(2).type(ours).dtype is ours.dtype
+    assert flow.zeros(2).type("torch." + name).dtype is ours.dtype
+    _same(lambda: getattr(flow.cuda, name)(2), lambda: getattr(torch.cuda, name)(2))
+    _same(lambda: ours(2.5), lambda: theirs(2.5))
+
+
+def test_tensor_type_errors_match_torch():
+    for arg in ("torch.Foo", "float64"):
+        _same(lambda a=arg: flow.zeros(1).type(a), lambda a=arg: torch.zeros(1).type(a))
+    for arg in ("torch.cuda.FloatTensor", "cuda-type"):
+        with pytest.raises(RuntimeError, match="Cannot initialize CUDA"):
+            flow.zeros(1).type(flow.cuda.FloatTensor if arg == "cuda-type" else arg)
+        with pytest.raises(RuntimeError, match="Cannot initialize CUDA"):
+            torch.zeros(1).type(torch.cuda.FloatTensor if arg == "cuda-type" else arg)
+    with pytest.raises(TypeError, match="expected FloatTensor"):
+        flow.FloatTensor(flow.tensor([1, 2]))
+    t = flow.tensor([1.0, 2.0])
+    assert flow.FloatTensor(t) is t
