@@ -13,7 +13,8 @@ from ._core import dtype as dt
 from .framework.tensor import Tensor, layout, strided
 
 __all__ = [
-    "are_deterministic_algorithms_enabled", "finfo", "get_float32_matmul_precision",
+    "are_deterministic_algorithms_enabled", "finfo", "get_default_device",
+    "get_float32_matmul_precision", "set_default_device",
     "get_num_threads", "iinfo", "is_deterministic_algorithms_warn_only_enabled", "is_nonzero",
     "layout", "numel", "set_float32_matmul_precision", "set_num_threads", "strided",
     "typename", "use_deterministic_algorithms",
@@ -137,6 +138,28 @@ def get_num_threads() -> int:
         return max(counts)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
+
+
+# -- default device --------------------------------------------------------------------------
+def get_default_device():
+    from .device import Device
+
+    return Device("cpu")
+
+
+def set_default_device(device) -> None:
+    """Only the CPU: sbpflow makes every tensor there.  Another device raises its error now
+    (torch's CPU build accepts the setting and fails at the next factory call)."""
+    if device is None:
+        return
+    from .device import Device
+
+    d = Device(device) if not isinstance(device, int) else None
+    if d is None or d.type != "cpu":
+        if d is None:
+            raise RuntimeError("Cannot access accelerator device when none is available.")
+        d.check_available()
+        raise NotImplementedError(f"set_default_device({d}): sbpflow makes tensors on the CPU")
 
 
 # -- small helpers ---------------------------------------------------------------------------

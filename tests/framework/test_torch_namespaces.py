@@ -434,6 +434,17 @@ def test_deterministic_algorithms_flags():
         torch.use_deterministic_algorithms(False)
 
 
+def test_default_device():
+    assert flow.get_default_device() == flow.device("cpu")
+    flow.set_default_device("cpu")
+    flow.set_default_device(None)
+    assert flow.zeros(1).device == flow.device("cpu")
+    _same(lambda: flow.set_default_device("xyz"), lambda: torch.set_default_device("xyz"))
+    with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+        flow.set_default_device("cuda")
+    assert flow.get_default_device() == flow.device("cpu")
+
+
 def test_num_threads(monkeypatch):
     monkeypatch.delenv("SBPFLOW_BLAS_THREADS", raising=False)
     assert flow.get_num_threads() >= 1
