@@ -60,7 +60,7 @@ class TinyGPT(nn.Module):
         layer = nn.TransformerEncoderLayer(d_model, n_head, 4 * d_model, dropout=dropout,
                                            activation="gelu", batch_first=True,
                                            norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, n_layer)
+        self.blocks = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, VOCAB)
         causal = flow.ones(block, block, dtype=flow.bool).triu(1)
