@@ -649,3 +649,20 @@ def test_one_triangle_is_read(upper):
     uplo = "U" if upper else "L"
     _close(flow.linalg.eigvalsh(flow.tensor(noisy), UPLO=uplo),
            torch.linalg.eigvalsh(torch.tensor(noisy), UPLO=uplo))
+
+
+def test_global_tensors_match_local():
+    """The functions on global tensors (S(0) batches and broadcast) on 2 ranks equal the
+    local run, values and gradients (tests/ops/linalg_global_check.py)."""
+    import re
+    from pathlib import Path
+
+    from tests.mpijob import mpiexec_cmd, run_job
+
+    check = str(Path(__file__).resolve().parent / "linalg_global_check.py")
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", check), timeout=180)
+    assert job.returncode == 0, job.output[-6000:]
+    assert job.strays == 0, job.output[-6000:]
+    passed = re.findall(r"rank (\d+): linalg global check passed \((\d+) cases\)", job.stdout)
+    assert sorted(int(r) for r, _ in passed) == [0, 1], job.output[-6000:]
+    assert all(int(c) >= 40 for _, c in passed), job.output[-6000:]

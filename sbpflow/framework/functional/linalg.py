@@ -163,6 +163,15 @@ _old_qr_result = _return_type("qr", ["Q", "R"])
 _old_slogdet_result = _return_type("slogdet", ["sign", "logabsdet"])
 
 
+def _beside(t):
+    """Where a helper tensor next to t goes: t's device, or t's placement (broadcast)."""
+    if t._gl is None:
+        return t.device
+    from ..global_tensor import GlobalDevice
+
+    return GlobalDevice(t._gl.placement)
+
+
 def _no_out(name, out):
     if out is not None:
         raise NotImplementedError(f"{name}(): out= is not supported")
@@ -414,7 +423,8 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=
     tri = A.triu() if upper else A.tril()
     if unitriangular:
         n = A.shape[-1]
-        tri = tri - _diagonal_embed(tri.diagonal(0, -2, -1)) + eye(n, dtype=A.dtype)
+        ident = eye(n, dtype=A.dtype, device=_beside(A))
+        tri = tri - _diagonal_embed(tri.diagonal(0, -2, -1)) + ident
     if not left:  # X tri = B  <=>  tri^T X^T = B^T
         return _solve_matrix(tri.mT, B.mT).mT
     return _solve_matrix(tri, B)
@@ -425,7 +435,7 @@ def _diagonal_embed(x):
     from .creation import eye
 
     n = x.shape[-1]
-    return x.unsqueeze(-1) * eye(n, dtype=x.dtype)
+    return x.unsqueeze(-1) * eye(n, dtype=x.dtype, device=_beside(x))
 
 
 def _solve_matrix(A, B):
@@ -470,12 +480,13 @@ def linalg_lstsq(A, B, rcond=None, *, driver=None):
     s_inv = where(keep, 1.0 / where(keep, s, s * 0 + 1), s * 0)
     x = vh.mT @ (s_inv.unsqueeze(-1) * (u.mT @ b))
     rank = keep.sum(-1)
-    empty = zeros(0, dtype=A.dtype)
+    empty = zeros(0, dtype=A.dtype, device=_beside(A))
     residuals = empty
     if driver != "gelsy" and m > n and bool((rank == n).all()):
         residuals = ((A @ x - b) ** 2).sum(-2)  # (*, k); (*, 1) for a vector B, as torch
-    return _lstsq_result(x.squeeze(-1) if vector else x, residuals,
-                         zeros(0, dtype=rank.dtype) if driver == "gels" else rank,
+    if driver == "gels":
+        rank = zeros(0, dtype=rank.dtype, device=_beside(A))
+    return _lstsq_result(x.squeeze(-1) if vector else x, residuals, rank,
                          s if driver in ("gelsd", "gelss") else empty)
 
 
@@ -491,7 +502,7 @@ def linalg_matrix_power(A, n, *, out=None):
         raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but "
                            f"they are {A.shape[-2]} by {A.shape[-1]} matrices")
     if n == 0:
-        return eye(A.shape[-1], dtype=A.dtype).expand(*A.shape).clone()
+        return eye(A.shape[-1], dtype=A.dtype, device=_beside(A)).expand(*A.shape).clone()
     if n < 0:
         A, n = linalg_inv(A), -n
     result, base = None, A
@@ -609,7 +620,7 @@ def linalg_matrix_exp(A):
         math.isfinite(norm1) and norm1 > 0) else 0
     a = A / (2.0 ** squarings) if squarings else A
     b = _PADE13
-    ident = eye(n, dtype=A.dtype)
+    ident = eye(n, dtype=A.dtype, device=_beside(A))
     a2 = a @ a
     a4 = a2 @ a2
     a6 = a4 @ a2
@@ -686,8 +697,8 @@ def svd(input, some=True, compute_uv=True, *, out=None):
         m, n = input.shape[-2:]
         s = linalg_svdvals(input)
         batch = tuple(input.shape[:-2])
-        return _old_svd_result(zeros(*batch, m, m, dtype=input.dtype), s,
-                               zeros(*batch, n, n, dtype=input.dtype))
+        return _old_svd_result(zeros(*batch, m, m, dtype=input.dtype, device=_beside(input)), s,
+                               zeros(*batch, n, n, dtype=input.dtype, device=_beside(input)))
     u, s, vh = call("linalg_svd", input, full_matrices=not some)
     return _old_svd_result(u, s, vh.mT)
 
