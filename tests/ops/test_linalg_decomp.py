@@ -666,3 +666,16 @@ def test_global_tensors_match_local():
     passed = re.findall(r"rank (\d+): linalg global check passed \((\d+) cases\)", job.stdout)
     assert sorted(int(r) for r, _ in passed) == [0, 1], job.output[-6000:]
     assert all(int(c) >= 40 for _, c in passed), job.output[-6000:]
+
+
+@pytest.mark.parametrize("upper,transpose,unit", [(True, False, False), (False, True, False),
+                                                  (True, True, True), (False, False, True)])
+def test_triangular_solve(upper, transpose, unit):
+    rng = np.random.default_rng(32)
+    a, b = _square(rng, 2, 3, 3), rng.standard_normal((2, 3, 2))
+    _grads_match(lambda x, y: flow.triangular_solve(x, y, upper, transpose, unit).solution,
+                 lambda x, y: torch.triangular_solve(x, y, upper, transpose, unit).solution,
+                 [b, a])
+    res = flow.tensor(b).triangular_solve(flow.tensor(a), upper)
+    assert type(res).__name__ == "triangular_solve"
+    _close(res.cloned_coefficient, a)

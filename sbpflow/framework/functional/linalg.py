@@ -729,6 +729,27 @@ def _cholesky_product(L, upper):
     return f.mT @ f if upper else f @ f.mT
 
 
+_triangular_solve_result = _return_type("triangular_solve", ["solution", "cloned_coefficient"])
+
+
+def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False, *, out=None):
+    """The deprecated form of linalg.solve_triangular (arguments reversed; also returns a copy
+    of A); transpose solves with tri(A)^T."""
+    _no_out("triangular_solve", out)
+    _deprecated_once("triangular_solve", (
+        "torch.triangular_solve is deprecated in favor of torch.linalg.solve_triangularand will "
+        "be removed in a future PyTorch release.\ntorch.linalg.solve_triangular has its "
+        "arguments reversed and does not return a copy of one of the inputs.\n"
+        "X = torch.triangular_solve(B, A).solution\nshould be replaced with\n"
+        "X = torch.linalg.solve_triangular(A, B)."))
+    if transpose:
+        tri = A.triu() if upper else A.tril()
+        x = linalg_solve_triangular(tri.mT, b, upper=not upper, unitriangular=unitriangular)
+    else:
+        x = linalg_solve_triangular(A, b, upper=upper, unitriangular=unitriangular)
+    return _triangular_solve_result(x, A.clone())
+
+
 def cholesky_solve(B, L, upper=False, *, out=None):
     """X with A X = B for A = L L^T (upper: A = U^T U)."""
     _no_out("cholesky_solve", out)
@@ -777,6 +798,7 @@ METHODS = {
     "inverse": inverse, "det": det, "logdet": logdet, "slogdet": slogdet,
     "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
     "matrix_power": matrix_power, "matrix_exp": matrix_exp, "cholesky_solve": cholesky_solve,
+    "triangular_solve": triangular_solve,
     "cholesky_inverse": cholesky_inverse,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
@@ -786,4 +808,5 @@ METHODS = {
 
 __all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "cholesky_inverse", "cholesky_solve",
            "det", "dot", "einsum", "ger", "inverse", "logdet", "matmul", "matrix_exp",
-           "matrix_power", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd", "tensordot"]
+           "matrix_power", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd", "tensordot",
+           "triangular_solve"]
