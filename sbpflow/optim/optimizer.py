@@ -49,6 +49,24 @@ class _HookHandle:
         self._hooks.pop(self.id, None)
 
 
+_global_step_pre_hooks: OrderedDict = OrderedDict()
+_global_step_post_hooks: OrderedDict = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook) -> _HookHandle:
+    """torch's: hook(optimizer, args, kwargs) before every optimizer's step."""
+    handle = _HookHandle(_global_step_pre_hooks)
+    _global_step_pre_hooks[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook) -> _HookHandle:
+    """torch's: hook(optimizer, args, kwargs) after every optimizer's step."""
+    handle = _HookHandle(_global_step_post_hooks)
+    _global_step_post_hooks[handle.id] = hook
+    return handle
+
+
 def _wrap_step(step):
     """Run `step` without recording autograd, between the pre- and post-step hooks."""
 
@@ -57,7 +75,8 @@ def _wrap_step(step):
         if self.__dict__.get("_in_step"):
             # A subclass's step calling super().step(): hooks and counters run once.
             return step(self, *args, **kwargs)
-        for hook in list(self._optimizer_step_pre_hooks.values()):
+        pre = [*_global_step_pre_hooks.values(), *self._optimizer_step_pre_hooks.values()]
+        for hook in pre:
             result = hook(self, args, kwargs)
             if result is not None:
                 if not (isinstance(result, tuple) and len(result) == 2):
@@ -74,7 +93,7 @@ def _wrap_step(step):
         finally:
             self._in_step = False
         self._opt_called = True  # lets a scheduler check it is stepped after the optimizer
-        for hook in list(self._optimizer_step_post_hooks.values()):
+        for hook in [*self._optimizer_step_post_hooks.values(), *_global_step_post_hooks.values()]:
             hook(self, args, kwargs)
         return out
 
