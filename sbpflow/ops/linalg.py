@@ -1568,3 +1568,160 @@ register(OpDef(
         Sample(np.stack([_spd(rng, 3, 3), np.diag([1.0, 2.0, -1.0])]), grad=False),
     ],
 ))
+
+
+# -- lu_factor_ex, lu_permutation ------------------------------------------------------------
+# LU with partial pivoting (LAPACK getrf: A = P L U, unit-diagonal L and U packed in one
+# matrix, 1-based row swaps in `pivots`).  NumPy has no LU, so the kernel is getrf's column
+# loop, vectorised over the batch: n steps of batched rank-1 updates.
+def _lu_factor_meta(a, pivot, check_errors):
+    _check_matrix("linalg.lu_factor", a, square=False)
+    if not pivot:
+        raise _la_error("linalg.lu_factor", "LU without pivoting is not implemented on the CPU")
+    k = min(a.shape[-2:])
+    return (a, TensorMeta(a.shape[:-2] + (k,), dt.int32),
+            TensorMeta(a.shape[:-2], dt.int32))
+
+
+def _lu_factor_np(x):
+    """(LU, pivots, info) of getrf for a batch (*, m, n)."""
+    m, n = x.shape[-2:]
+    k = min(m, n)
+    u = np.array(x.reshape((-1, m, n)), copy=True)
+    nb = u.shape[0]
+    piv = np.zeros((nb, k), np.int32)
+    info = np.zeros(nb, np.int32)
+    rows = np.arange(nb)
+    for j in range(k):
+        p = j + np.argmax(np.abs(u[:, j:, j]), axis=1)
+        piv[:, j] = p + 1
+        row_j = u[rows, j].copy()
+        u[rows, j] = u[rows, p]
+        u[rows, p] = row_j
+        d = u[:, j, j]
+        zero = d == 0
+        info[zero & (info == 0)] = j + 1
+        # getrf leaves a zero pivot's column as it is (all zeros below it anyway).
+        u[:, j + 1:, j] /= np.where(zero, 1, d)[:, None]
+        u[:, j + 1:, j + 1:] -= u[:, j + 1:, j, None] * u[:, None, j, j + 1:]
+    batch = x.shape[:-2]
+    return u.reshape(x.shape), piv.reshape(batch + (k,)), info.reshape(batch)
+
+
+def _lu_factor_kernel(ctx, a, pivot, check_errors):
+    lu, piv, info = _lu_factor_np(_host(ctx, a))
+    if check_errors:
+        first = _first_failure(info)
+        if first is not None:
+            k, j = first
+            raise _la_error("torch.linalg.lu_factor", _batch_prefix(lu.shape, k) + (
+                f"U[{j},{j}] is zero and using it on lu_solve would result in a division by "
+                "zero. If you still want to perform the factorization, consider calling "
+                "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"))
+    return _device(ctx, lu, 0), _device(ctx, piv, 1), _device(ctx, info, 2)
+
+
+def permutation_matrix(perm, dtype):
+    """P with P[perm[i], i] = 1 (so (P^T A)[i] = A[perm[i]]), from int64 perm (*, m).  The
+    row indices come from perm itself (a running count), so they follow its placement."""
+    ones = op("add_scalar", op("mul_scalar", perm, other=0), other=1)
+    rows = op("sub_scalar", op("cumsum", ones, dim=-1, dtype=None), other=1)
+    hit = op("eq", op("unsqueeze", rows, dim=-1), op("unsqueeze", perm, dim=-2))
+    return op("to_dtype", hit, dtype=dtype)
+
+
+def _lu_factor_grad(ctx, g, g_piv, g_info):
+    # torch's rule (square A = P L U): with gL = tril(g, -1), gU = triu(g),
+    # gA = P L^-T (tril(L^T gL, -1) + triu(gU U^T)) U^-T.
+    m, n = ctx.in_metas[0].shape[-2:]
+    if m != n:
+        raise NotImplementedError("linalg.lu_factor: the derivative is implemented for square "
+                                  f"matrices only, got {m} by {n}")
+    lu, piv = ctx.output(0), ctx.output(1)
+    lo = op("add", op("tril", lu, diagonal=-1), _eye_like(_diag_of(lu), n))
+    up = op("triu", lu, diagonal=0)
+    phi = op("add", op("tril", op("matmul", _mT(lo), op("tril", g, diagonal=-1)), diagonal=-1),
+             op("triu", op("matmul", op("triu", g, diagonal=0), _mT(up)), diagonal=0))
+    # L^-T phi U^-T = (U^-1 (L^-1 phi^T))^T... with the triangles inverted by solves.
+    x = op("linalg_solve", _mT(lo), phi)
+    x = _mT(op("linalg_solve", up, _mT(x)))
+    perm = op("lu_permutation", piv, m=m)
+    return (op("matmul", permutation_matrix(perm, ctx.in_metas[0].dtype), x),)
+
+
+def _lu_reference(torch, a, pivot=True, check_errors=False):
+    return torch.linalg.lu_factor_ex(a, pivot=pivot, check_errors=check_errors)
+
+
+register(OpDef(
+    "linalg_lu_factor_ex",
+    inputs=("A",),
+    outputs=("LU", "pivots", "info"),
+    attrs={"pivot": Attr("bool", True), "check_errors": Attr("bool", False)},
+    infer_meta=_lu_factor_meta,
+    kernel=_lu_factor_kernel,
+    saves=("LU", "pivots"),
+    grad=_lu_factor_grad,
+    sbp=_batch_sbp(3),
+    reference=_lu_reference,
+    samples=lambda rng: [
+        Sample(_rand(rng, 3, 3)),
+        Sample(_rand(rng, 2, 4, 4)),
+        Sample(_rand(rng, 2, 4, 3), grad=False),
+        Sample(_rand(rng, 3, 5), grad=False),
+        Sample(_rand(rng, 3, 3), check_errors=True),
+        Sample(_rand(rng, 2, 3, 3, dtype=np.float32), rtol=1e-4, atol=1e-5),
+        Sample(np.stack([np.eye(3), np.diag([1.0, 0.0, 2.0])]), grad=False),
+    ],
+))
+
+
+def _lu_permutation_meta(pivots, m):
+    if pivots.dtype is not dt.int32 or pivots.ndim < 1:
+        raise RuntimeError("lu_unpack: LU_pivots is expected to be a contiguous tensor of "
+                           "torch.int32 dtype")
+    if pivots.shape[-1] > m:
+        raise RuntimeError(f"lu_unpack: {pivots.shape[-1]} pivots for matrices of {m} rows")
+    return TensorMeta(pivots.shape[:-1] + (m,), dt.int64)
+
+
+def _lu_permutation_kernel(ctx, pivots, m):
+    # The row swaps applied in order to 0..m-1: row i of P^T A is row perm[i] of A.
+    piv = np.asarray(_host(ctx, pivots), np.int64) - 1
+    flat = piv.reshape((-1, piv.shape[-1]))
+    perm = np.broadcast_to(np.arange(m), (flat.shape[0], m)).copy()
+    rows = np.arange(flat.shape[0])
+    for j in range(flat.shape[1]):
+        p = flat[:, j]
+        at_j = perm[rows, j].copy()
+        perm[rows, j] = perm[rows, p]
+        perm[rows, p] = at_j
+    return _device(ctx, perm.reshape(piv.shape[:-1] + (m,)))
+
+
+def _lu_permutation_reference(torch, pivots, m):
+    k = pivots.shape[-1]
+    lu = torch.zeros(pivots.shape[:-1] + (m, k), dtype=torch.float64)
+    p, _, _ = torch.lu_unpack(lu, pivots)
+    return p.argmax(-2)
+
+
+def _pivot_samples(rng):
+    def piv(*shape, m):
+        k = shape[-1]
+        return (np.arange(k) + rng.integers(0, m - np.arange(k), shape) + 1).astype(np.int32)
+    return [Sample(piv(4, m=4), m=4), Sample(piv(2, 3, m=5), m=5), Sample(piv(3, 2, m=2), m=2)]
+
+
+register(OpDef(
+    "lu_permutation",
+    inputs=("pivots",),
+    attrs={"m": Attr("int")},
+    infer_meta=_lu_permutation_meta,
+    kernel=_lu_permutation_kernel,
+    sbp=lambda pivots, m: [Signature((B,), (B,))] + [
+        Signature((Split(i),), (Split(i),)) for i in range(pivots.ndim - 1)
+        if pivots.shape[i] > 1],  # (S(i))->S(i): each matrix's swaps are its own
+    reference=_lu_permutation_reference,
+    samples=_pivot_samples,
+))

@@ -61,6 +61,12 @@ CASES = [
     ("cholesky_solve", lambda a: flow.cholesky_solve(a, L.cholesky(a)), _spd, (4, 3, 3)),
     ("cross", lambda a: L.cross(a, a.flip(-1)), _square, (4, 3, 3)),
     ("cond", lambda a: L.cond(a, "fro"), _square, (4, 3, 3)),
+    ("lu_factor", lambda a: L.lu_factor(a).LU, _square, (4, 3, 3)),
+    ("lu P", lambda a: L.lu(a).P, _square, (4, 3, 3)),
+    ("lu U", lambda a: L.lu(a).U, _square, (4, 3, 3)),
+    ("lu_solve", lambda a: L.lu_solve(*L.lu_factor(a), a), _square, (4, 3, 3)),
+    ("lu_solve adjoint", lambda a: L.lu_solve(*L.lu_factor(a), a, adjoint=True), _square,
+     (4, 3, 3)),
 ]
 
 

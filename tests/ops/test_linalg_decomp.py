@@ -521,7 +521,7 @@ def test_vander_tensorinv_tensorsolve():
            torch.linalg.tensorsolve(torch.tensor(a3), torch.tensor(b3), dims=(0,)))
 
 
-@pytest.mark.parametrize("name", ["eig", "eigvals", "lu_factor", "solve_ex"])
+@pytest.mark.parametrize("name", ["eig", "eigvals", "ldl_factor", "solve_ex"])
 def test_left_out_functions_say_so(name):
     with pytest.raises(NotImplementedError, match=f"linalg.{name}"):
         getattr(flow.linalg, name)(flow.eye(2))
@@ -679,3 +679,61 @@ def test_triangular_solve(upper, transpose, unit):
     res = flow.tensor(b).triangular_solve(flow.tensor(a), upper)
     assert type(res).__name__ == "triangular_solve"
     _close(res.cloned_coefficient, a)
+
+
+# -- LU -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (4, 3), (2, 3, 5)])
+def test_lu_factor_lu_and_unpack(shape):
+    a = np.random.default_rng(33).standard_normal(shape)
+    lu, piv = flow.linalg.lu_factor(flow.tensor(a))
+    tlu, tpiv = torch.linalg.lu_factor(torch.tensor(a))
+    assert piv.dtype == flow.int32
+    _close(lu, tlu)
+    _close(piv, tpiv)
+    for ours, ref in zip(flow.linalg.lu(flow.tensor(a)), torch.linalg.lu(torch.tensor(a))):
+        _close(ours, ref)
+    for ours, ref in zip(flow.lu_unpack(lu, piv), torch.lu_unpack(tlu, tpiv)):
+        _close(ours, ref)
+    p, lo, up = flow.lu_unpack(lu, piv)
+    np.testing.assert_allclose(p.numpy() @ lo.numpy() @ up.numpy(), a, atol=1e-12)
+    if shape[-1] == shape[-2]:
+        _grads_match(lambda x: flow.linalg.lu_factor(x).LU,
+                     lambda x: torch.linalg.lu_factor(x).LU, [a])
+        for k in (1, 2):  # L and U (P carries no gradient)
+            _grads_match(lambda x, k=k: flow.linalg.lu(x)[k],
+                         lambda x, k=k: torch.linalg.lu(x)[k], [a])
+
+
+@pytest.mark.parametrize("left,adjoint", [(True, False), (True, True), (False, False),
+                                          (False, True)])
+def test_lu_solve(left, adjoint):
+    rng = np.random.default_rng(34)
+    a = rng.standard_normal((2, 3, 3))
+    b = rng.standard_normal((2, 3, 2) if left else (2, 2, 3))
+    tlu, tpiv = torch.linalg.lu_factor(torch.tensor(a))
+    lu, piv = tlu.numpy(), flow.tensor(tpiv.numpy())
+    _grads_match(lambda x, y: flow.linalg.lu_solve(x, piv, y, left=left, adjoint=adjoint),
+                 lambda x, y: torch.linalg.lu_solve(x, tpiv, y, left=left, adjoint=adjoint),
+                 [lu, b])
+    if left and not adjoint:
+        _close(flow.tensor(b).lu_solve(flow.tensor(lu), piv),
+               torch.tensor(b).lu_solve(tlu, tpiv))
+
+
+def test_lu_errors_info_and_deprecated_forms():
+    s = np.stack([np.eye(3), np.diag([1.0, 0.0, 2.0])])
+    _same_error(lambda: flow.linalg.lu_factor(flow.tensor(s)),
+                lambda: torch.linalg.lu_factor(torch.tensor(s)))
+    _same_error(lambda: flow.linalg.lu_factor(flow.eye(3), pivot=False),
+                lambda: torch.linalg.lu_factor(torch.eye(3), pivot=False))
+    lu, piv, info = flow.linalg.lu_factor_ex(flow.tensor(s))
+    tlu, tpiv, tinfo = torch.linalg.lu_factor_ex(torch.tensor(s))
+    for ours, ref in ((lu, tlu), (piv, tpiv), (info, tinfo)):
+        _close(ours, ref)
+    from sbpflow.framework.functional import linalg as fl
+
+    fl._WARNED.discard("lu")
+    with pytest.warns(UserWarning, match="torch.lu is deprecated"):
+        out = flow.lu(flow.tensor(s), get_infos=True)
+    _close(out[2], tinfo)
+    _close(flow.tensor(s[0]).lu()[0], torch.tensor(s[0]).lu()[0])

@@ -595,6 +595,95 @@ def linalg_tensorsolve(A, B, dims=None, *, out=None):
     return x.reshape(*rest)
 
 
+# -- LU ---------------------------------------------------------------------------------
+_lu_factor_result = _return_type("linalg_lu_factor", ["LU", "pivots"])
+_lu_factor_ex_result = _return_type("linalg_lu_factor_ex", ["LU", "pivots", "info"])
+_lu_result = _return_type("linalg_lu", ["P", "L", "U"])
+_lu_unpack_result = _return_type("lu_unpack", ["P", "L", "U"])
+
+
+def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
+    """(LU, pivots, info) of LU with partial pivoting, as LAPACK's getrf."""
+    _no_out("linalg.lu_factor_ex", out)
+    return _lu_factor_ex_result(*call("linalg_lu_factor_ex", A, pivot=pivot,
+                                      check_errors=check_errors))
+
+
+def linalg_lu_factor(A, *, pivot=True, out=None):
+    """(LU, pivots); raises for a zero pivot (U[j, j] = 0), as torch."""
+    _no_out("linalg.lu_factor", out)
+    lu, piv, _ = call("linalg_lu_factor_ex", A, pivot=pivot, check_errors=True)
+    return _lu_factor_result(lu, piv)
+
+
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, out=None):
+    """(P, L, U) with A = P L U from lu_factor's packed form; empty tensors for the parts
+    not asked for."""
+    from ...ops.linalg import permutation_matrix
+    from .creation import eye, zeros
+
+    _no_out("lu_unpack", out)
+    m, n = LU_data.shape[-2:]
+    k = min(m, n)
+    where = _beside(LU_data)
+    p = lo = up = zeros(0, dtype=LU_data.dtype, device=where)
+    if unpack_data:
+        lo = LU_data[..., :, :k].tril(-1) + eye(m, k, dtype=LU_data.dtype, device=where)
+        up = LU_data[..., :k, :].triu()
+    if unpack_pivots:
+        p = permutation_matrix(call("lu_permutation", LU_pivots, m=m), LU_data.dtype)
+    return _lu_unpack_result(p, lo, up)
+
+
+def linalg_lu(A, *, pivot=True, out=None):
+    _no_out("linalg.lu", out)
+    lu, piv, _ = call("linalg_lu_factor_ex", A, pivot=pivot, check_errors=False)
+    return _lu_result(*lu_unpack(lu, piv))
+
+
+def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
+    """X with A X = B (A^T X = B with adjoint; X A = B, X A^T = B with left=False) for
+    A = P L U given as lu_factor's (LU, pivots): a permutation and two triangular solves."""
+    from ...ops.linalg import permutation_matrix
+
+    _no_out("linalg.lu_solve", out)
+    if not left:  # X A = B <=> A^T X^T = B^T (and X A^T = B <=> A X^T = B^T)
+        return linalg_lu_solve(LU, pivots, B.mT, left=True, adjoint=not adjoint).mT
+    n = LU.shape[-1]
+    p = permutation_matrix(call("lu_permutation", pivots, m=n), LU.dtype)
+    if not adjoint:  # U^-1 L^-1 P^T B
+        y = linalg_solve_triangular(LU, p.mT @ B, upper=False, unitriangular=True)
+        return linalg_solve_triangular(LU, y, upper=True)
+    # A^T = U^T L^T P^T: X = P L^-T U^-T B
+    y = linalg_solve_triangular(LU.triu().mT, B, upper=False)
+    return p @ linalg_solve_triangular(LU.tril(-1).mT, y, upper=True, unitriangular=True)
+
+
+def lu(A, pivot=True, get_infos=False, out=None):
+    """The deprecated torch.lu: (LU, pivots) or, with get_infos, (LU, pivots, infos)."""
+    _no_out("lu", out)
+    _deprecated_once("lu", (
+        "torch.lu is deprecated in favor of torch.linalg.lu_factor / torch.linalg.lu_factor_ex "
+        "and will be removed in a future PyTorch release.\nLU, pivots = torch.lu(A, "
+        "compute_pivots)\nshould be replaced with\nLU, pivots = torch.linalg.lu_factor(A, "
+        "compute_pivots)\nand\nLU, pivots, info = torch.lu(A, compute_pivots, "
+        "get_infos=True)\nshould be replaced with\nLU, pivots, info = "
+        "torch.linalg.lu_factor_ex(A, compute_pivots)"))
+    lu_, piv, info = call("linalg_lu_factor_ex", A, pivot=pivot, check_errors=not get_infos)
+    return (lu_, piv, info) if get_infos else (lu_, piv)
+
+
+def lu_solve(b, LU_data, LU_pivots, *, out=None):
+    """The deprecated torch.lu_solve (arguments reversed from linalg.lu_solve)."""
+    _no_out("lu_solve", out)
+    _deprecated_once("lu_solve", (
+        "torch.lu_solve is deprecated in favor of torch.linalg.lu_solveand will be removed in a "
+        "future PyTorch release.\nNote that torch.linalg.lu_solve has its arguments reversed."
+        "\nX = torch.lu_solve(B, LU, pivots)\nshould be replaced with\n"
+        "X = torch.linalg.lu_solve(LU, pivots, B)"))
+    return linalg_lu_solve(LU_data, LU_pivots, b)
+
+
 _PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
            129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
            40840800.0, 960960.0, 16380.0, 182.0, 1.0)
@@ -783,9 +872,8 @@ LINALG = {
     "eigvals": _not_supported("eigvals", "its results are complex and sbpflow has no complex "
                               "dtypes"),
     "matrix_exp": linalg_matrix_exp,
-    "lu": _not_supported("lu", "not implemented yet"),
-    "lu_factor": _not_supported("lu_factor", "not implemented yet"),
-    "lu_solve": _not_supported("lu_solve", "not implemented yet"),
+    "lu": linalg_lu, "lu_factor": linalg_lu_factor, "lu_factor_ex": linalg_lu_factor_ex,
+    "lu_solve": linalg_lu_solve,
     "ldl_factor": _not_supported("ldl_factor", "not implemented yet"),
     "householder_product": _not_supported("householder_product", "not implemented yet"),
     "cholesky_ex": linalg_cholesky_ex,
@@ -798,7 +886,7 @@ METHODS = {
     "inverse": inverse, "det": det, "logdet": logdet, "slogdet": slogdet,
     "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
     "matrix_power": matrix_power, "matrix_exp": matrix_exp, "cholesky_solve": cholesky_solve,
-    "triangular_solve": triangular_solve,
+    "triangular_solve": triangular_solve, "lu": lu, "lu_solve": lu_solve,
     "cholesky_inverse": cholesky_inverse,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
@@ -809,4 +897,4 @@ METHODS = {
 __all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "cholesky_inverse", "cholesky_solve",
            "det", "dot", "einsum", "ger", "inverse", "logdet", "matmul", "matrix_exp",
            "matrix_power", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd", "tensordot",
-           "triangular_solve"]
+           "triangular_solve", "lu", "lu_solve", "lu_unpack"]
