@@ -1,19 +1,17 @@
-"""torch.onnx: importable; exporting a model to ONNX is planned for a later issue."""
+"""torch.onnx: `export` writes a model traced into the nn.Graph Job IR as an ONNX model.
+
+`onnx` (and `onnxruntime`, to run the result) are the optional extra `sbpflow[onnx]`."""
 
 from __future__ import annotations
 
-__all__ = ["OnnxExporterError", "export", "is_in_onnx_export"]
+from .export import OnnxExporterError, UnsupportedOperatorError, export, is_in_onnx_export
+
+__all__ = ["OnnxExporterError", "UnsupportedOperatorError", "export", "is_in_onnx_export",
+           "supported_ops"]
 
 
-class OnnxExporterError(RuntimeError):
-    """torch.onnx's error type."""
+def supported_ops() -> list[str]:
+    """The op types (registry names) that have an ONNX mapping."""
+    from .ops import supported_ops as _ops
 
-
-def export(model, args=(), f=None, *pos, **kwargs):
-    raise NotImplementedError(
-        "sbpflow.onnx.export: exporting models to ONNX is not implemented yet in sbpflow; "
-        "ONNX export comes in a later issue")
-
-
-def is_in_onnx_export() -> bool:
-    return False
+    return _ops()
