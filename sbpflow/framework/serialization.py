@@ -14,7 +14,13 @@ Interop:
   state dict) loads as a flat dict of tensors, in file order.
 
 Saving is atomic: the file is written to a temporary name in the target directory, fsynced and
-renamed over the target, so a crash mid-save leaves the previous file intact.
+renamed over the target, so a crash mid-save leaves the previous file intact.  The container is
+streamed by our own writer (never safetensors' `save_file`, whose temp files we could not
+clean), and a temporary file stranded by a killed process is removed by the next save of the
+same target.  Like torch's `open(path, "wb")`, a save follows symlinks (the link stays and its
+target is replaced) and refuses a target it may not write with PermissionError.  Loading reads
+each tensor straight into its own buffer (about the file's size in memory) and checks the
+header against the file's size first; non-regular files (/dev/zero, FIFOs) are refused.
 
 The tree format (version 1): JSON null/true/false/strings/finite numbers stand for themselves, a
 JSON list is a Python list, and an object with one tag is anything else:
@@ -41,13 +47,17 @@ ids, and refuses anything else with `pickle.UnpicklingError` before any of it ru
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import math
 import os
 import pickle
-import tempfile
+import secrets
+import socket
+import stat
 import threading
+import zlib
 from collections import Counter, OrderedDict
 from typing import Any
 
@@ -71,6 +81,7 @@ _FROM_CODE = {
     "I32": np.dtype(np.int32), "I16": np.dtype(np.int16), "I8": np.dtype(np.int8),
     "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
 }
+_TO_CODE = {v: k for k, v in _FROM_CODE.items()}
 
 
 # -- save -----------------------------------------------------------------------------------
@@ -202,8 +213,6 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
     Global tensors (OneFlow's rule) need `global_dst_rank`: every rank calls save, the logical
     values are gathered, and only that rank writes the file.
     """
-    import safetensors.numpy
-
     if global_dst_rank is not None:
         size = comm.get_world_size()
         if not isinstance(global_dst_rank, int) or not 0 <= global_dst_rank < size:
@@ -219,10 +228,9 @@ def save(obj, f, pickle_module=pickle, pickle_protocol: int = DEFAULT_PROTOCOL,
         return
     metadata = _header_metadata(root)
     if hasattr(f, "write"):
-        f.write(safetensors.numpy.save(enc.arrays, metadata=metadata))
+        _write_container(f, enc.arrays, metadata)
         return
-    _atomic_write(os.fspath(f), lambda tmp: safetensors.numpy.save_file(
-        enc.arrays, tmp, metadata=metadata))
+    _save_to_path(os.fspath(f), lambda fh: _write_container(fh, enc.arrays, metadata))
 
 
 def _reduce_value_types(pickler, obj):
@@ -301,18 +309,150 @@ def _pickle_root(obj, enc: _Encoder, pickle_module, protocol: int) -> dict:
     return {"P": _PICKLE_ENTRY}
 
 
-def _atomic_write(path: str, write) -> None:
-    """write(tmp_path) then rename over path; the old file survives any failure before that."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=directory)
-    os.close(fd)
+def _write_container(fh, arrays: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    """Write the safetensors container to the binary file object `fh`, streaming each array's
+    bytes (no copy of the whole checkpoint is ever built in memory).
+
+    Entries go in order of decreasing element size (stable), so each starts at an offset
+    aligned to its element size, as safetensors' own writer arranges."""
+    order = sorted(arrays, key=lambda k: -arrays[k].dtype.itemsize)
+    header: dict[str, Any] = {"__metadata__": metadata}
+    blobs = []
+    offset = 0
+    for name in order:
+        arr = arrays[name]
+        if arr.dtype.byteorder == ">":  # safetensors is little-endian
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        code = _TO_CODE.get(arr.dtype)
+        if code is None:
+            raise TypeError(f"save(): entry {name!r} has dtype {arr.dtype}, which the "
+                            f"checkpoint format cannot hold")
+        arr = np.require(arr, requirements="C")  # keeps 0-d
+        header[name] = {"dtype": code, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+        blobs.append(arr)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-(8 + len(text)) % 8)  # the body starts 8-byte aligned
+    fh.write(len(text).to_bytes(8, "little"))
+    fh.write(text)
+    for arr in blobs:
+        if arr.nbytes:
+            fh.write(memoryview(arr.reshape(-1).view(np.uint8)))
+
+
+def _save_to_path(path: str, write) -> None:
+    """Save to a path as torch's `open(path, "wb")` would reach it, but atomically.
+
+    A symlink is written through (the link stays, its target gets the new file); a target
+    that may not be opened for writing is refused with that PermissionError, as torch does; a
+    non-regular target (a device such as /dev/null, a FIFO) is written in place."""
+    target = os.path.realpath(path)
     try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "wb") as fh:
+            write(fh)
+        return
+    if st is not None:
+        try:  # the permission check open(path, "wb") makes, without truncating anything
+            os.close(os.open(target, os.O_WRONLY | _O_CLOEXEC))
+        except PermissionError as e:
+            raise _WriteRefused(e.errno, e.strerror, path) from None
+    _atomic_write(target, write, path)
+
+
+class _WriteRefused(PermissionError, RuntimeError):
+    """save() may not write the target.  A PermissionError naming the path, as Python's
+    `open(path, "wb")` raises; also a RuntimeError, which is what torch.save raises there
+    (its zip writer's "open file failed with strerror: Permission denied")."""
+
+
+# Temporary files are named `.<target name>.sbpflow-tmp.<pid>.<pid start time>.<host>.<random>`,
+# so the next save of the same target can tell its own stale ones (their process is gone)
+# from those of a save still running, here or on another host sharing the directory.
+_TMP_TAG = "sbpflow-tmp"
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _host_tag() -> str:
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time of a live process (Linux /proc), None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in (b"Z", b"X"):  # exited, not yet reaped: it will never write again
+        return None
+    return int(fields[19])
+
+
+def _process_alive(pid: int, start: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.path.isdir("/proc/self"):
+        return _process_start(pid) == start  # a different start time: the pid was reused
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _temp_prefix(base: str) -> str:
+    return f".{base[:120]}.{_TMP_TAG}."
+
+
+def _remove_stale_temps(directory: str, base: str) -> None:
+    """Delete the temporary files that earlier saves of `base` left behind when their process
+    died mid-save (kill -9, power loss); never one whose process still runs."""
+    prefix, host = _temp_prefix(base), _host_tag()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        parts = name[len(prefix):].split(".")
+        if len(parts) != 4 or parts[2] != host or not (parts[0].isdigit() and parts[1].isdigit()):
+            continue
+        if not _process_alive(int(parts[0]), int(parts[1])):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _atomic_write(path: str, write, shown: str | None = None) -> None:
+    """write(file object) into a temporary file beside `path`, fsync, rename over `path`: the
+    old file survives any failure before the rename, and the temporary file is removed on any
+    failure we live through (or by the next save of `path`, if the process was killed).
+    Errors name `shown` (the path the caller gave, e.g. a symlink) when given."""
+    directory, base = os.path.split(os.path.abspath(path))
+    _remove_stale_temps(directory, base)
+    pid = os.getpid()
+    tmp = os.path.join(directory, f"{_temp_prefix(base)}{pid}.{_process_start(pid) or 0}."
+                                  f"{_host_tag()}.{secrets.token_hex(4)}")
+    mode = _file_mode(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
+    except PermissionError as e:  # a directory we may not write: the target can't be created
+        raise _WriteRefused(e.errno, e.strerror, shown or path) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _file_mode(path))
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -355,8 +495,11 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     else raises `pickle.UnpicklingError` ("Weights only load failed...") before it runs.
     `weights_only=False` unpickles fully (with `pickle_module`, default `pickle`, and
     `pickle_load_args` such as `encoding`): only for files you trust.  `mmap` is accepted for
-    torch compatibility (the file is read into memory).  A truncated, corrupted or hostile
-    container raises ValueError naming the file.
+    torch compatibility: each tensor is read straight into its own buffer, so loading takes
+    about the file's size in memory, never twice that.  A truncated, corrupted or hostile
+    container (one whose header promises more than the file holds) raises ValueError naming
+    the file, before anything that large is allocated; a path that is not a regular file
+    (/dev/zero, a FIFO) is refused with ValueError before anything is read.
 
     With `global_src_rank` (OneFlow's), only that rank reads the file; every rank calls load
     and gets the tensors as global tensors broadcast over all ranks, ready for
@@ -373,18 +516,17 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
         raise RuntimeError("Can not safely load weights when explicit pickle_module is "
                            "specified")
     make_tensor = _to_tensor
-    if global_src_rank is not None:
-        data, name = _read_on_one_rank(f, global_src_rank)
-        make_tensor = _to_global_tensor
-    elif hasattr(f, "read"):
-        data, name = f.read(), getattr(f, "name", "<file object>")
-    else:
-        name = os.fspath(f)
-        with open(name, "rb") as fh:
-            data = fh.read()
+    name = getattr(f, "name", "<file object>") if hasattr(f, "read") else os.fspath(f)
     try:
-        header = _parse_header(data)
-        arrays = _read_arrays(data)
+        if global_src_rank is not None:
+            data, name = _read_on_one_rank(f, global_src_rank)
+            make_tensor = _to_global_tensor
+            header, arrays = _read_container(io.BytesIO(data), len(data))
+        elif hasattr(f, "read"):
+            header, arrays = _read_container(f, _stream_size(f))
+        else:
+            with _open_regular(name) as fh:
+                header, arrays = _read_container(fh, os.fstat(fh.fileno()).st_size)
         metadata = header.get("__metadata__") or {}
         if _META_KEY not in metadata:
             order = [k for k in header if k != "__metadata__"]
@@ -409,16 +551,125 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
         raise ValueError(f"load(): {name!s} is not a valid sbpflow/safetensors file: {e}") from None
 
 
-def _parse_header(data: bytes) -> dict:
-    if len(data) < 8:
-        raise _Corrupt(f"truncated: {len(data)} bytes, shorter than the 8-byte header length")
-    n = int.from_bytes(data[:8], "little")
+def _open_regular(path: str):
+    """Open `path` for reading if it is a regular file; refuse anything else before reading
+    (a device such as /dev/zero would be read until memory runs out; a FIFO would block)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            kind = ("a character device" if stat.S_ISCHR(mode) else "a block device"
+                    if stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                    "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise ValueError(f"load(): {path} is {kind}, not a regular file: only checkpoint "
+                             "files can be loaded")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _stream_size(f) -> int | None:
+    """Bytes left in a file object, or None when it cannot seek."""
+    try:
+        if hasattr(f, "seekable") and not f.seekable():
+            return None
+        pos = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(pos)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return end - pos
+
+
+def _read_exact(fh, n: int, what: str) -> bytes:
+    data = fh.read(n)
+    if len(data) != n:
+        raise _Corrupt(f"truncated: {what} needs {n} bytes but only {len(data)} follow")
+    return data
+
+
+def _read_into(fh, arr: np.ndarray, key: str) -> None:
+    view = memoryview(arr.reshape(-1).view(np.uint8))
+    got, n = 0, len(view)
+    readinto = getattr(fh, "readinto", None)
+    while got < n:
+        if readinto is not None:
+            k = readinto(view[got:])
+        else:
+            chunk = fh.read(min(n - got, 1 << 24))
+            k = len(chunk)
+            view[got:got + k] = chunk
+        if not k:
+            raise _Corrupt(f"truncated: tensor {key!r} needs {n} bytes but only {got} follow")
+        got += k
+
+
+def _read_container(fh, size: int | None) -> tuple[dict, dict[str, np.ndarray]]:
+    """Parse and check the header, then read each tensor straight into its own array.
+
+    `size` is the number of bytes left in `fh` (None if unknown: the rest is read first).
+    Everything the header says is checked against the file before any tensor is allocated."""
+    if size is None:
+        data = fh.read()
+        fh, size = io.BytesIO(data), len(data)
+    head = fh.read(8)
+    if len(head) < 8:
+        raise _Corrupt(f"truncated: {len(head)} bytes, shorter than the 8-byte header length")
+    n = int.from_bytes(head, "little")
     if n > _MAX_HEADER:
         raise _Corrupt(f"header length field says {n} bytes, more than the {_MAX_HEADER} limit")
-    if 8 + n > len(data):
-        raise _Corrupt(f"truncated: the header needs {n} bytes but only {len(data) - 8} follow")
+    if 8 + n > size:
+        raise _Corrupt(f"truncated: the header needs {n} bytes but only {size - 8} follow")
+    header = _parse_header(_read_exact(fh, n, "the header"))
+    entries = []
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        if not (isinstance(info, dict) and set(info) == {"dtype", "shape", "data_offsets"}):
+            raise _Corrupt(f"tensor {_short(key)}: the entry {_short(info)} is not "
+                           "{dtype, shape, data_offsets}")
+        code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            raise _Corrupt(f"tensor {key!r}: bad shape {_short(shape)}")
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            raise _Corrupt(f"tensor {key!r}: bad data_offsets {_short(offsets)}")
+        np_dtype = _FROM_CODE.get(code) if isinstance(code, str) else None
+        if np_dtype is None:
+            raise _Corrupt(f"tensor {key!r} has dtype {code}, which sbpflow can't hold "
+                           f"(supported: {', '.join(_FROM_CODE)})")
+        if offsets[1] - offsets[0] != math.prod(shape) * np_dtype.itemsize:
+            raise _Corrupt(f"tensor {key!r}: {offsets[1] - offsets[0]} bytes do not make "
+                           f"shape {shape} of {code}")
+        entries.append((offsets[0], offsets[1], key, tuple(shape), np_dtype))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    end = 0
+    for begin, stop, key, _, _ in entries:
+        if begin != end:
+            raise _Corrupt(f"corrupted: tensor {key!r} starts at byte {begin} of the data, "
+                           f"expected {end} (entries must tile the data without gaps/overlap)")
+        end = stop
+    body = size - 8 - n
+    if end > body:
+        raise _Corrupt(f"truncated: the header promises {end} bytes of tensor data but only "
+                       f"{body} follow")
+    if end < body:
+        raise _Corrupt(f"corrupted: {body - end} bytes follow the {end} bytes of tensor data")
+    arrays = {}
+    for _, _, key, shape, np_dtype in entries:
+        arr = np.empty(shape, np_dtype)
+        if arr.nbytes:
+            _read_into(fh, arr, key)
+        arrays[key] = arr
+    return header, {k: arrays[k] for k in header if k != "__metadata__"}
+
+
+def _parse_header(data: bytes) -> dict:
     try:
-        text = bytes(data[8:8 + n]).decode("utf-8")
+        text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
         raise _Corrupt(f"the header is not UTF-8 ({e})") from None
     header = _parse_json(text, "the header")
@@ -446,34 +697,10 @@ def _parse_json(text: str, what: str):
         raise _Corrupt(f"{what} is not valid JSON ({e})") from None
 
 
-def _read_arrays(data: bytes) -> dict[str, np.ndarray]:
-    import safetensors
-
-    try:
-        views = safetensors.deserialize(bytes(data))
-    except Exception as e:  # the Rust parser's SafetensorError, or anything it raises
-        raise _Corrupt(f"corrupted safetensors data ({type(e).__name__}: {e})") from None
-    out = {}
-    for key, view in views:
-        code = view["dtype"]
-        np_dtype = _FROM_CODE.get(code)
-        if np_dtype is None:
-            raise _Corrupt(f"tensor {key!r} has dtype {code}, which sbpflow can't hold "
-                           f"(supported: {', '.join(_FROM_CODE)})")
-        shape = tuple(int(s) for s in view["shape"])
-        buf = view["data"]
-        if len(buf) != int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize:
-            raise _Corrupt(f"tensor {key!r}: {len(buf)} bytes do not make shape {list(shape)} "
-                           f"of {code}")
-        arr = np.frombuffer(buf, dtype=np_dtype)
-        out[key] = arr.reshape(shape)
-    return out
-
-
 def _to_tensor(arr: np.ndarray, requires_grad: bool = False) -> Tensor:
     from .functional.creation import from_numpy
 
-    # The buffer is a private bytearray, so the tensor may own it (writable, no copy).
+    # The array was read into its own fresh buffer, so the tensor may own it (no copy).
     t = from_numpy(arr if arr.flags.writeable else arr.copy())
     if requires_grad:
         t.requires_grad_(True)
@@ -508,9 +735,10 @@ def _read_on_one_rank(f, src: int) -> tuple[bytes, str]:
             if hasattr(f, "read"):
                 data = f.read()
             else:
-                with open(name, "rb") as fh:
+                with _open_regular(name) as fh:
                     data = fh.read()
-        except OSError as e:  # every rank must hear of it, or the others would wait forever
+        except (OSError, ValueError) as e:  # every rank must hear of it, or the others would
+            # wait forever
             error = f"{type(e).__name__}: {e}"
     _drain_comm_stream()  # collectives keep one order with those queued on the comm stream
     head = np.array([len(data), len(error.encode())], np.int64)

@@ -268,15 +268,15 @@ def test_crash_mid_save_keeps_the_previous_file(tmp_path, monkeypatch, exc):
     path = tmp_path / "ckpt.safetensors"
     serialization.save({"w": flow.tensor([1.0, 2.0])}, path)
     before = path.read_bytes()
-    real_save_file = safetensors.numpy.save_file
+    real_write = serialization._write_container
 
-    def crashing_save_file(tensors, filename, metadata=None):
-        real_save_file(tensors, filename, metadata=metadata)
-        with open(filename, "r+b") as f:  # half the bytes made it to disk, then the crash
-            f.truncate(os.path.getsize(filename) // 2)
+    def crashing_write(fh, arrays, metadata):
+        real_write(fh, arrays, metadata)
+        fh.flush()
+        fh.truncate(fh.tell() // 2)  # half the bytes made it to disk, then the crash
         raise exc
 
-    monkeypatch.setattr(safetensors.numpy, "save_file", crashing_save_file)
+    monkeypatch.setattr(serialization, "_write_container", crashing_write)
     with pytest.raises(type(exc)):
         serialization.save({"w": flow.tensor([3.0, 4.0, 5.0])}, path)
     assert path.read_bytes() == before
