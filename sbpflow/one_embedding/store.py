@@ -1,0 +1,377 @@
+"""One rank's key-value store of embedding rows: a hashed key index, values in fixed-size
+blocks of a file, an LRU cache in RAM with write-back, in-store optimizer updates, and atomic
+snapshots.
+
+Layout of a row (`storage_dim` float32 values): the embedding (`embedding_dim`), then the
+optimizer's state, `embedding_dim` each (momentum; Adam's m and v; Adagrad's sum; Ftrl's
+accumulator and z). Every state starts at zero for a new key: accumulators that torch starts
+at `initial_accumulator_value` are stored as the difference from it.
+
+Where rows live. A key's slot (from `KeyIndex`) is its row in `persistent_path/rank-N/values`:
+the file is a sequence of `physical_block_size`-byte blocks, each holding
+`block_size // (4 * storage_dim)` whole rows (a row bigger than a block spans whole blocks),
+so a row never straddles a block boundary. A row is either in the RAM cache (a line of
+`_cache`) or in the file; a new key is initialised straight into the cache, dirty, and reaches
+the file when its line is evicted or at a snapshot (write-back). The cache holds at most
+`cache_budget_mb` of lines and evicts least-recently-used lines.
+
+Every batch operation is vectorised: the index is a numba loop over the batch, the cache
+and the file are addressed with NumPy fancy indexing; nothing runs in Python per key.
+
+Snapshots (`save_snapshot(name)`) go to `rank-N/snapshots/<name>`: one file with a header,
+the keys in slot order, the rows, and a CRC32 of all of it. It is written to a temporary
+name, fsync'ed and renamed over the old one, so a crash mid-write leaves the previous
+snapshot of that name intact; a truncated or corrupt file fails its length or checksum check
+with an error that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+
+import numpy as np
+
+from ._hash import KeyIndex, initial_values
+
+_MAGIC = b"SBPFLOW-ONE-EMBEDDING-SNAPSHOT-1\n"
+_CHUNK_ROWS = 1 << 16
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot is missing, truncated or corrupt, or does not fit this store."""
+
+
+def _grown(a: np.ndarray, n: int, fill) -> np.ndarray:
+    if len(a) >= n:
+        return a
+    cap = max(n, 2 * len(a), 16)
+    out = np.full((cap,) + a.shape[1:], fill, a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+class EmbeddingStore:
+    """One rank's shard of a one-embedding table (see the module docstring)."""
+
+    def __init__(self, path: str, embedding_dim: int, storage_dim: int, cache_lines: int,
+                 column_initializers: list[list[tuple[int, int, dict]]], seed: int,
+                 physical_block_size: int = 4096, capacity_hint: int = 0):
+        if storage_dim < embedding_dim:
+            raise ValueError(f"one_embedding: storage_dim ({storage_dim}) must be at least "
+                             f"embedding_dim ({embedding_dim})")
+        if cache_lines < 1:
+            raise ValueError("one_embedding: the cache budget holds no row "
+                             f"(a row is {4 * storage_dim} bytes)")
+        self.path = path
+        self.embedding_dim = embedding_dim
+        self.storage_dim = storage_dim
+        self.cache_lines = int(cache_lines)
+        self.columns = column_initializers  # per table: [(start, stop, initializer)]
+        self.seed = int(seed)
+        self.step = 0  # optimizer steps applied (bias correction, learning-rate decay)
+        # block layout of the value file
+        self.block_floats = max(1, physical_block_size // 4)
+        self.rows_per_block = max(1, self.block_floats // storage_dim)
+        self.block_span = -(-storage_dim // self.block_floats)  # blocks per group of rows
+        # counters (tests and benchmarks read them)
+        self.hits = self.misses = self.evictions = self.writebacks = 0
+        os.makedirs(os.path.join(path, "snapshots"), exist_ok=True)
+        self._values_path = os.path.join(path, "values")
+        self._reset(capacity_hint)
+
+    # -- state ----------------------------------------------------------------------------
+    def _reset(self, capacity_hint: int = 0) -> None:
+        self.index = KeyIndex(capacity_hint)
+        self.key_of_slot = np.empty(0, np.int64)
+        self.line_of_slot = np.empty(0, np.int64)  # -1: the row is in the file
+        self.file_rows = 0  # rows the value file has room for
+        with open(self._values_path, "wb"):
+            pass  # a new store starts empty; state comes back only from a snapshot
+        self._mm = None
+        n = min(self.cache_lines, 1024)
+        self._cache = np.zeros((n, self.storage_dim), np.float32)
+        self._line_slot = np.full(n, -1, np.int64)
+        self._line_tick = np.zeros(n, np.int64)
+        self._line_dirty = np.zeros(n, bool)
+        self._lines_used = 0
+        self._tick = 0
+
+    @property
+    def num_keys(self) -> int:
+        return self.index.size
+
+    def ram_bytes(self) -> int:
+        """Bytes of RAM held: index, slot maps and the cache."""
+        return (self.index.nbytes + self.key_of_slot.nbytes + self.line_of_slot.nbytes
+                + self._cache.nbytes + self._line_slot.nbytes + self._line_tick.nbytes
+                + self._line_dirty.nbytes)
+
+    # -- the value file -------------------------------------------------------------------
+    def _offsets(self, slots: np.ndarray) -> np.ndarray:
+        """(n, storage_dim) float offsets of rows in the value file."""
+        group = slots // self.rows_per_block
+        start = (group * (self.block_span * self.block_floats)
+                 + (slots % self.rows_per_block) * self.storage_dim)
+        return start[:, None] + np.arange(self.storage_dim)
+
+    def _ensure_file(self, rows: int) -> None:
+        if rows <= self.file_rows:
+            return
+        new_rows = max(rows, 2 * self.file_rows, 1024)
+        groups = -(-new_rows // self.rows_per_block)
+        nbytes = groups * self.block_span * self.block_floats * 4
+        self._close_file()
+        with open(self._values_path, "r+b") as f:
+            f.truncate(nbytes)
+        self._mm = np.memmap(self._values_path, np.float32, "r+", shape=(nbytes // 4,))
+        self.file_rows = groups * self.rows_per_block
+
+    def _close_file(self) -> None:
+        if self._mm is not None:
+            self._mm.flush()
+            self._mm = None
+
+    def _read_file(self, slots: np.ndarray) -> np.ndarray:
+        return self._mm[self._offsets(slots)]
+
+    def _write_file(self, slots: np.ndarray, rows: np.ndarray) -> None:
+        if len(slots):
+            self._ensure_file(int(slots.max()) + 1)
+            self._mm[self._offsets(slots)] = rows
+
+    # -- the cache ------------------------------------------------------------------------
+    def _grow_cache(self, need: int) -> None:
+        n = len(self._line_slot)
+        if need <= n:
+            return
+        n = min(self.cache_lines, max(need, 2 * n))
+        self._cache = _grown(self._cache, n, 0.0)[:n]
+        self._line_slot = _grown(self._line_slot, n, -1)[:n]
+        self._line_tick = _grown(self._line_tick, n, 0)[:n]
+        self._line_dirty = _grown(self._line_dirty, n, False)[:n]
+
+    def _evict(self, lines: np.ndarray) -> None:
+        """Write dirty `lines` back to the file and free them."""
+        slots = self._line_slot[lines]
+        dirty = self._line_dirty[lines]
+        self._write_file(slots[dirty], self._cache[lines[dirty]])
+        self.writebacks += int(dirty.sum())
+        self.evictions += len(lines)
+        self.line_of_slot[slots] = -1
+        self._line_slot[lines] = -1
+        self._line_dirty[lines] = False
+
+    def _take_lines(self, n: int, busy: np.ndarray) -> np.ndarray:
+        """n free cache lines, evicting the least recently used ones not in `busy`."""
+        if n > self.cache_lines:
+            raise RuntimeError(
+                f"one_embedding: a batch touches {n} distinct keys on this rank but "
+                f"cache_budget_mb holds only {self.cache_lines} rows of {4 * self.storage_dim}"
+                " bytes; raise cache_budget_mb or lower the batch size")
+        used = self._lines_used
+        free = min(n, self.cache_lines - used)
+        self._grow_cache(used + free)
+        lines = np.arange(used, used + free, dtype=np.int64)
+        self._lines_used += free
+        rest = n - free
+        if rest:
+            ticks = self._line_tick[:used].copy()  # victims come from lines in use before
+            ticks[busy] = np.iinfo(np.int64).max  # lines of this batch stay
+            victims = np.argpartition(ticks, rest - 1)[:rest].astype(np.int64)
+            self._evict(victims)
+            lines = np.concatenate([lines, victims])
+        return lines
+
+    def lines(self, keys: np.ndarray, table_ids: np.ndarray | None) -> np.ndarray:
+        """Cache lines holding the rows of distinct `keys`, inserting new keys (initialised
+        by their table's initializer) and reading evicted rows back from the file."""
+        if table_ids is None:
+            slots = self.index.find(keys)
+            if (slots < 0).any():
+                raise KeyError(f"one_embedding: keys {keys[slots < 0][:5].tolist()} were "
+                               "never looked up on this rank")
+            new = np.zeros(len(keys), bool)
+        else:
+            slots, new = self.index.insert(keys)
+        n_slots = self.index.size
+        if new.any():
+            self.key_of_slot = _grown(self.key_of_slot, n_slots, -1)
+            self.key_of_slot[slots[new]] = keys[new]
+            self.line_of_slot = _grown(self.line_of_slot, n_slots, -1)
+        self._tick += 1
+        lines = self.line_of_slot[slots]
+        hit = lines >= 0
+        self.hits += int(hit.sum())
+        self.misses += int((~hit).sum())
+        self._line_tick[lines[hit]] = self._tick
+        miss = np.flatnonzero(~hit)
+        if len(miss):
+            got = self._take_lines(len(miss), lines[hit])
+            lines[miss] = got
+            mslots = slots[miss]
+            self._line_slot[got] = mslots
+            self._line_tick[got] = self._tick
+            self.line_of_slot[mslots] = got
+            fresh = new[miss]
+            old = ~fresh
+            if old.any():
+                self._cache[got[old]] = self._read_file(mslots[old])
+                self._line_dirty[got[old]] = False
+            if fresh.any():
+                self._cache[got[fresh]] = self._initial_rows(keys[miss][fresh],
+                                                             table_ids[miss][fresh])
+                self._line_dirty[got[fresh]] = True
+        return lines
+
+    def _initial_rows(self, keys: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
+        rows = np.zeros((len(keys), self.storage_dim), np.float32)
+        for t, columns in enumerate(self.columns):  # a loop over tables, not keys
+            sel = np.flatnonzero(table_ids == t)
+            if len(sel) == 0:
+                continue
+            for c, (start, stop, init) in enumerate(columns):
+                rows[sel, start:stop] = initial_values(init, self.seed, keys[sel], c,
+                                                       stop - start)
+        return rows
+
+    # -- the public batch operations ------------------------------------------------------
+    def lookup(self, keys: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
+        """Embeddings (n, embedding_dim) of distinct `keys`, new keys initialised."""
+        lines = self.lines(keys, table_ids)
+        return self._cache[lines, : self.embedding_dim].copy()
+
+    def read_rows(self, keys: np.ndarray) -> np.ndarray:
+        """Full stored rows (embedding and optimizer state) of existing distinct keys."""
+        return self._cache[self.lines(keys, None)].copy()
+
+    def apply_update(self, keys: np.ndarray, grads: np.ndarray, rule) -> None:
+        """Count one optimizer step, and apply `rule(rows, grads, step)` in place to the
+        rows of distinct existing `keys` (rows: (n, storage_dim), written back as dirty)."""
+        self.step += 1
+        if len(keys) == 0:
+            return
+        lines = self.lines(keys, None)
+        rows = self._cache[lines]
+        rule(rows, grads.astype(np.float32, copy=False), self.step)
+        self._cache[lines] = rows
+        self._line_dirty[lines] = True
+
+    def flush(self) -> None:
+        """Write every dirty cached row back to the file (they stay cached, clean)."""
+        lines = np.flatnonzero(self._line_dirty[: self._lines_used])
+        self._write_file(self._line_slot[lines], self._cache[lines])
+        self.writebacks += len(lines)
+        self._line_dirty[lines] = False
+        if self._mm is not None:
+            self._mm.flush()
+
+    # -- snapshots ------------------------------------------------------------------------
+    def _snapshot_path(self, name: str) -> str:
+        if not name or os.sep in name or name.startswith("."):
+            raise ValueError(f"one_embedding: bad snapshot name {name!r} (a plain file name)")
+        return os.path.join(self.path, "snapshots", name)
+
+    def _header(self, extra: dict) -> dict:
+        return {"embedding_dim": self.embedding_dim, "storage_dim": self.storage_dim,
+                "num_keys": self.num_keys, "step": self.step, "seed": self.seed, **extra}
+
+    def save_snapshot(self, name: str, extra: dict | None = None) -> None:
+        path = self._snapshot_path(name)
+        self.flush()
+        header = json.dumps(self._header(extra or {})).encode()
+        tmp = os.path.join(os.path.dirname(path), f".{name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                crc = 0
+
+                def put(data: bytes) -> None:
+                    nonlocal crc
+                    crc = zlib.crc32(data, crc)
+                    f.write(data)
+
+                put(_MAGIC)
+                put(np.uint64(len(header)).tobytes())
+                put(header)
+                n = self.num_keys
+                put(self.key_of_slot[:n].tobytes())
+                for start in range(0, n, _CHUNK_ROWS):
+                    slots = np.arange(start, min(n, start + _CHUNK_ROWS), dtype=np.int64)
+                    self._write_snapshot_chunk(put, self._read_file(slots))
+                f.write(np.uint32(crc).tobytes())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # atomic: readers see the old file or the new one
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _write_snapshot_chunk(self, put, rows: np.ndarray) -> None:
+        put(np.ascontiguousarray(rows, np.float32).tobytes())
+
+    def load_snapshot(self, name: str) -> dict:
+        """Replace this store's state by snapshot `name`; returns its header. The whole file
+        is checked (length, CRC32) before anything is replaced."""
+        path = self._snapshot_path(name)
+        if not os.path.exists(path):
+            raise SnapshotError(f"one_embedding: no snapshot named {name!r} in "
+                                f"{os.path.dirname(path)}")
+
+        def corrupt(why: str) -> SnapshotError:
+            return SnapshotError(f"one_embedding: snapshot {path!r} is corrupt ({why})")
+
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if size < len(_MAGIC) + 12 or f.read(len(_MAGIC)) != _MAGIC:
+                raise corrupt("not a one-embedding snapshot: bad magic or too short")
+            hlen = int(np.frombuffer(f.read(8), np.uint64)[0])
+            if hlen > size:
+                raise corrupt("truncated header")
+            try:
+                header = json.loads(f.read(hlen))
+                n, dim = int(header["num_keys"]), int(header["storage_dim"])
+            except (ValueError, KeyError, TypeError):
+                raise corrupt("unreadable header") from None
+            body = len(_MAGIC) + 8 + hlen + 8 * n + 4 * n * dim
+            if size != body + 4:
+                raise corrupt(f"{size} bytes, expected {body + 4}: truncated or extended")
+            f.seek(0)
+            crc, left = 0, body
+            while left:
+                data = f.read(min(left, 1 << 24))
+                crc = zlib.crc32(data, crc)
+                left -= len(data)
+            if int(np.frombuffer(f.read(4), np.uint32)[0]) != crc:
+                raise corrupt("checksum mismatch")
+            if dim != self.storage_dim or header["embedding_dim"] != self.embedding_dim:
+                raise SnapshotError(
+                    f"one_embedding: snapshot {path!r} holds rows of embedding_dim "
+                    f"{header['embedding_dim']} and storage_dim {dim}; this embedding has "
+                    f"{self.embedding_dim} and {self.storage_dim}")
+            f.seek(len(_MAGIC) + 8 + hlen)
+            keys = np.frombuffer(f.read(8 * n), np.int64).copy()
+            self._close_file()
+            self._reset(n)
+            slots, _ = self.index.insert(keys)
+            if not np.array_equal(slots, np.arange(n)):
+                self._reset()
+                raise corrupt("repeated keys")
+            self.key_of_slot = keys
+            self.line_of_slot = np.full(n, -1, np.int64)
+            for start in range(0, n, _CHUNK_ROWS):
+                m = min(n, start + _CHUNK_ROWS) - start
+                rows = np.frombuffer(f.read(4 * m * dim), np.float32).reshape(m, dim)
+                self._write_file(np.arange(start, start + m, dtype=np.int64), rows)
+        self.step = int(header["step"])
+        self.seed = int(header["seed"])
+        return header
+
+    def close(self) -> None:
+        self._close_file()
