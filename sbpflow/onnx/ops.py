@@ -117,12 +117,17 @@ class Builder:
                 "ONNX mapping does not support")
         return v
 
-    def static_shape(self, node, tensor: str) -> tuple:
+    def static_dim(self, node, tensor: str, axis: int) -> int:
+        return self.static_shape(node, tensor, axis)[0]
+
+    def static_shape(self, node, tensor: str, axis=None) -> tuple:
         s = self.sym_shapes[tensor]
+        if axis is not None:
+            s = (s[axis],)
         if _has_lin(s):
             raise OnnxExporterError(
-                f"sbpflow.onnx.export: op '{node.op_type}' (module '{node.scope}', at "
-                f"{node.where()}) needs a static shape for {tensor}, which depends on a "
+                f"sbpflow.onnx.export: op '{node.op_type}' (module '{node.scope or '<top>'}', "
+                f"at {node.where()}) needs a static shape for {tensor}, which depends on a "
                 "dynamic axis")
         return tuple(s)
 
@@ -497,9 +502,12 @@ def _conv(b, node, ins):
     n = b.ndim(node.inputs[1]) - 2
     pad = b.static(node, "padding")
     kw = {}
+    dil = _tup(b.static(node, "dilation"), n, 1)
     if isinstance(pad, str):
-        if pad == "same":
-            kw["auto_pad"] = "SAME_UPPER"
+        if pad == "same":  # torch: the odd padding element goes at the end
+            k = [b.static_dim(node, node.inputs[1], 2 + a) for a in range(n)]
+            total = [d * (kk - 1) for d, kk in zip(dil, k)]
+            kw["pads"] = [t // 2 for t in total] + [t - t // 2 for t in total]
         else:
             kw["pads"] = [0] * (2 * n)
     else:
@@ -507,8 +515,7 @@ def _conv(b, node, ins):
         kw["pads"] = p + p
     ins = _in_as_out(b, node, ins)
     return [b.node("Conv", ins, strides=_tup(b.static(node, "stride"), n, 1),
-                   dilations=_tup(b.static(node, "dilation"), n, 1),
-                   group=int(b.static(node, "groups")), **kw)]
+                   dilations=dil, group=int(b.static(node, "groups")), **kw)]
 
 
 def _used(b, tensor: str) -> bool:
@@ -548,8 +555,8 @@ def _avg_pool(b, node, ins):
 @_reg("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d")
 def _adaptive_avg(b, node, ins):
     n = b.ndim(node.inputs[0]) - 2
-    src = b.static_shape(node, node.inputs[0])[2:]
-    out = b.static_shape(node, node.outputs[0])[2:]
+    src = [b.static_dim(node, node.inputs[0], a) for a in range(2, n + 2)]
+    out = [b.static_dim(node, node.outputs[0], a) for a in range(2, n + 2)]
     if all(o == 1 for o in out):
         return [b.node("GlobalAveragePool", ins)]
     if any(s % o for s, o in zip(src, out)):
@@ -564,7 +571,7 @@ def _adaptive_avg(b, node, ins):
 @_reg("lstm_cell")
 def _lstm_cell(b, node, ins):
     gates, c_prev = _in_as_out(b, node, ins)
-    h = b.static_shape(node, node.inputs[1])[1]
+    h = b.static_dim(node, node.inputs[1], 1)
     i, f, g, o = b.node("Split", [gates, b.const(np.array([h] * 4, np.int64))], n_out=4, axis=1)
     i, f, o = (b.node("Sigmoid", [v]) for v in (i, f, o))
     g = b.node("Tanh", [g])
@@ -576,7 +583,7 @@ def _lstm_cell(b, node, ins):
 @_reg("gru_cell")
 def _gru_cell(b, node, ins):
     gi, gh, h_prev = _in_as_out(b, node, ins)
-    h = b.static_shape(node, node.inputs[2])[1]
+    h = b.static_dim(node, node.inputs[2], 1)
     sizes = b.const(np.array([h] * 3, np.int64))
     ir, iz, in_ = b.node("Split", [gi, sizes], n_out=3, axis=1)
     hr, hz, hn = b.node("Split", [gh, sizes], n_out=3, axis=1)
