@@ -65,7 +65,7 @@ def _randomise_bn(model, seed=0):
             m.running_var.copy_(flow.tensor(rng.uniform(0.5, 2, m.num_features).astype("f4")))
 
 
-# -- the three models --------------------------------------------------------------------------------
+# -- the three models -----------------------------------------------------------------------------
 def test_digits_cnn_matches_eager(tmp_path):
     flow.manual_seed(0)
     model = DigitsCNN()
@@ -142,7 +142,7 @@ def test_older_opsets(opset):
     assert proto.opset_import[0].version == opset
 
 
-# -- names and dynamic axes --------------------------------------------------------------------------
+# -- names and dynamic axes -----------------------------------------------------------------------
 def test_default_and_given_names():
     model = nn.Linear(3, 2)
     proto, sess = _export(model, (flow.randn(4, 3),))
@@ -211,7 +211,7 @@ def test_size_dependent_control_flow_cannot_be_dynamic():
     _check(Branchy(), (flow.randn(3, 2),))  # static: fine
 
 
-# -- errors ------------------------------------------------------------------------------------------
+# -- errors ---------------------------------------------------------------------------------------
 class _Inverts(nn.Module):
     def __init__(self):
         super().__init__()
