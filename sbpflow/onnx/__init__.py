@@ -4,10 +4,20 @@
 
 from __future__ import annotations
 
+import enum
+
 from .export import OnnxExporterError, UnsupportedOperatorError, export, is_in_onnx_export
 
-__all__ = ["OnnxExporterError", "UnsupportedOperatorError", "export", "is_in_onnx_export",
-           "supported_ops"]
+__all__ = ["OnnxExporterError", "TrainingMode", "UnsupportedOperatorError", "export",
+           "is_in_onnx_export", "supported_ops"]
+
+
+class TrainingMode(enum.IntEnum):
+    """torch.onnx.TrainingMode: the modules' mode while exporting (EVAL by default)."""
+
+    EVAL = 0
+    PRESERVE = 1
+    TRAINING = 2
 
 
 def supported_ops() -> list[str]:

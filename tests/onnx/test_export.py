@@ -248,3 +248,19 @@ def test_returns_model_proto_without_f():
     proto = flow.onnx.export(nn.Linear(2, 2), (flow.ones(1, 2),))
     assert isinstance(proto, onnx.ModelProto)
     onnx.checker.check_model(proto)
+
+
+def test_training_mode_argument():
+    """EVAL (default) drops dropout; PRESERVE keeps the module's mode; TRAINING keeps dropout,
+    which has no ONNX mapping."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    x = flow.randn(2, 3)
+    _check(model, (x,))
+    model.train()
+    for mode in (flow.onnx.TrainingMode.PRESERVE, flow.onnx.TrainingMode.TRAINING):
+        with pytest.raises(flow.onnx.UnsupportedOperatorError, match="'dropout'"):
+            _export(model, (x,), training=mode)
+        assert model.training
+    model.eval()
+    _export(model, (x,), training=flow.onnx.TrainingMode.PRESERVE)
+    assert not model.training
