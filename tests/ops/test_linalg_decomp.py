@@ -521,7 +521,7 @@ def test_vander_tensorinv_tensorsolve():
            torch.linalg.tensorsolve(torch.tensor(a3), torch.tensor(b3), dims=(0,)))
 
 
-@pytest.mark.parametrize("name", ["eig", "eigvals", "ldl_factor", "solve_ex"])
+@pytest.mark.parametrize("name", ["eig", "eigvals", "ldl_factor", "householder_product"])
 def test_left_out_functions_say_so(name):
     with pytest.raises(NotImplementedError, match=f"linalg.{name}"):
         getattr(flow.linalg, name)(flow.eye(2))
@@ -737,3 +737,54 @@ def test_lu_errors_info_and_deprecated_forms():
         out = flow.lu(flow.tensor(s), get_infos=True)
     _close(out[2], tinfo)
     _close(flow.tensor(s[0]).lu()[0], torch.tensor(s[0]).lu()[0])
+
+
+def test_solve_ex():
+    rng = np.random.default_rng(35)
+    a = _square(rng, 2, 3, 3)
+    for b_shape, left in (((2, 3),  True), ((2, 3, 2), True), ((3,), True), ((2, 4, 3), False)):
+        b = rng.standard_normal(b_shape)
+        _grads_match(lambda x, y, left=left: flow.linalg.solve_ex(x, y, left=left).result,
+                     lambda x, y, left=left: torch.linalg.solve_ex(x, y, left=left).result,
+                     [a, b])
+    s = np.stack([np.eye(2), np.zeros((2, 2))])
+    res, info = flow.linalg.solve_ex(flow.tensor(s), flow.ones(2, 2, dtype=flow.float64))
+    tres, tinfo = torch.linalg.solve_ex(torch.tensor(s), torch.ones(2, 2, dtype=torch.float64))
+    _close(info, tinfo)
+    _close(res[0], tres[0])
+    assert not np.isfinite(res.numpy()[1]).all()
+    _same_error(lambda: flow.linalg.solve_ex(flow.tensor(s), flow.ones(2, 2, dtype=flow.float64),
+                                             check_errors=True),
+                lambda: torch.linalg.solve_ex(torch.tensor(s), torch.ones(
+                    2, 2, dtype=torch.float64), check_errors=True), LinAlgError)
+
+
+def test_solve_triangular_singular_dtypes_and_errors():
+    d = np.diag([1.0, 0.0, 2.0])
+    for upper in (True, False):
+        ours = flow.linalg.solve_triangular(flow.tensor(d), flow.ones(3, 1, dtype=flow.float64),
+                                            upper=upper).numpy()
+        ref = torch.linalg.solve_triangular(torch.tensor(d), torch.ones(3, 1, dtype=torch.float64),
+                                            upper=upper).numpy()
+        np.testing.assert_array_equal(ours, ref)  # inf and nan where torch has them
+    a = _square(np.random.default_rng(36), 3, 3)
+    out = flow.linalg.solve_triangular(flow.tensor(a), flow.ones(3, 2), upper=True)
+    ref = torch.linalg.solve_triangular(torch.tensor(a), torch.ones(3, 2), upper=True)
+    assert out.dtype == flow.float64
+    _close(out, ref)
+    t = torch.eye(3, dtype=torch.float64)
+    f = flow.eye(3, dtype=flow.float64)
+    _same_error(lambda: flow.linalg.solve_triangular(f, flow.ones(3, dtype=flow.float64),
+                                                     upper=True),
+                lambda: torch.linalg.solve_triangular(t, torch.ones(3, dtype=torch.float64),
+                                                      upper=True))
+    _same_error(lambda: flow.linalg.solve_triangular(f, flow.ones(4, 2, dtype=flow.float64),
+                                                     upper=True),
+                lambda: torch.linalg.solve_triangular(t, torch.ones(4, 2, dtype=torch.float64),
+                                                      upper=True))
+    # lu_solve of a singular factorisation: inf/nan as torch, no error.
+    s = np.diag([1.0, 0.0, 2.0])
+    lu, piv = torch.linalg.lu_factor_ex(torch.tensor(s))[:2]
+    ours = flow.linalg.lu_solve(flow.tensor(lu.numpy()), flow.tensor(piv.numpy()),
+                                flow.ones(3, 1, dtype=flow.float64)).numpy()
+    assert not np.isfinite(ours).all()

@@ -416,26 +416,16 @@ def linalg_cross(input, other, *, dim=-1, out=None):
 # -- compositions: solve_triangular, lstsq, matrix_power, multi_dot, cond, ... ------------
 def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     """X with tri(A) X = B (or X tri(A) = B): only A's upper or lower triangle is read (and
-    receives gradient); unitriangular takes its diagonal as ones.  B is always a matrix."""
-    from .creation import eye
-
+    receives gradient); unitriangular takes its diagonal as ones.  B is always a matrix; a
+    zero on the diagonal gives inf/nan (no error), as torch."""
     _no_out("linalg.solve_triangular", out)
-    tri = A.triu() if upper else A.tril()
-    if unitriangular:
-        n = A.shape[-1]
-        ident = eye(n, dtype=A.dtype, device=_beside(A))
-        tri = tri - _diagonal_embed(tri.diagonal(0, -2, -1)) + ident
-    if not left:  # X tri = B  <=>  tri^T X^T = B^T
-        return _solve_matrix(tri.mT, B.mT).mT
-    return _solve_matrix(tri, B)
-
-
-def _diagonal_embed(x):
-    """x (*, n) -> (*, n, n) with x on the diagonal."""
-    from .creation import eye
-
-    n = x.shape[-1]
-    return x.unsqueeze(-1) * eye(n, dtype=x.dtype, device=_beside(x))
+    if A.dtype is not B.dtype and A.dtype.is_floating_point and B.dtype.is_floating_point:
+        wide = A.dtype if A.dtype.itemsize >= B.dtype.itemsize else B.dtype
+        A, B = A.to(wide), B.to(wide)
+    if not left:  # X tri = B  <=>  tri^T X^T = B^T, the other triangle of A^T
+        return call("linalg_solve_triangular", A.mT, B.mT, upper=not upper,
+                    unitriangular=unitriangular).mT
+    return call("linalg_solve_triangular", A, B, upper=upper, unitriangular=unitriangular)
 
 
 def _solve_matrix(A, B):
@@ -659,6 +649,27 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     return p @ linalg_solve_triangular(LU.tril(-1).mT, y, upper=True, unitriangular=True)
 
 
+_solve_ex_result = _return_type("linalg_solve_ex", ["result", "info"])
+
+
+def linalg_solve_ex(A, B, *, left=True, check_errors=False, out=None):
+    """(result, info) of solve through LU: info (int32) is the first zero pivot per matrix,
+    whose result then holds inf/nan, as torch."""
+    _no_out("linalg.solve_ex", out)
+    lu_, piv, info = call("linalg_lu_factor_ex", A, pivot=True, check_errors=False)
+    if check_errors:
+        flat = info.numpy().reshape(-1)
+        bad = np.flatnonzero(flat)
+        if bad.size:
+            where = f"(Batch element {bad[0]}): " if A.ndim > 2 else ""
+            raise LinAlgError(f"torch.linalg.solve_ex: {where}The solver failed because the "
+                              "input matrix is singular.")
+    vector = left and (B.ndim == 1 or (B.ndim == A.ndim - 1
+                                       and tuple(B.shape) == tuple(A.shape[:-1])))
+    x = linalg_lu_solve(lu_, piv, B.unsqueeze(-1) if vector else B, left=left)
+    return _solve_ex_result(x.squeeze(-1) if vector else x, info)
+
+
 def lu(A, pivot=True, get_infos=False, out=None):
     """The deprecated torch.lu: (LU, pivots) or, with get_infos, (LU, pivots, infos)."""
     _no_out("lu", out)
@@ -877,8 +888,7 @@ LINALG = {
     "ldl_factor": _not_supported("ldl_factor", "not implemented yet"),
     "householder_product": _not_supported("householder_product", "not implemented yet"),
     "cholesky_ex": linalg_cholesky_ex,
-    "solve_ex": _not_supported("solve_ex", "use linalg.solve, which raises "
-                               "sbpflow.linalg.LinAlgError for singular input"),
+    "solve_ex": linalg_solve_ex,
 }
 
 
