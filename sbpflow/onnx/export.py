@@ -24,10 +24,9 @@ import warnings
 
 import numpy as np
 
-from .._core import dtype as dt
 from ..framework.tensor import Tensor
 from ..graph.ir import Job
-from ..graph.trace import flatten, trace_build
+from ..graph.trace import flatten, trace_build, unflatten
 
 DEFAULT_OPSET = 20  # torch.onnx's default
 MIN_OPSET = 17  # LayerNormalization
@@ -246,24 +245,30 @@ def export(model, args=(), f=None, *, kwargs=None, verbose=None, input_names=Non
                         raise ValueError(
                             f"sbpflow.onnx.export: dynamic axis {s!r} has sizes "
                             f"{sizes[s]} and {t.shape[a]} in the example inputs")
-            perturbed = {}
-            for s, n in sizes.items():
-                delta = -1 if n >= 3 else 1
-                new = _resized(leaves, in_axes, s, n + delta)
-                spec = flatten((args, kwargs), [])
-                from ..graph.trace import unflatten
-                a2, k2 = unflatten(spec, new)
+            spec = flatten((args, kwargs), [])
+
+            def retrace(sym, size):
+                a2, k2 = unflatten(spec, _resized(leaves, in_axes, sym, size))
                 try:
-                    job2, _ = _trace(build, modules, a2, k2)
+                    return _trace(build, modules, a2, k2)[0]
                 except Exception as e:
                     raise OnnxExporterError(
-                        f"sbpflow.onnx.export: tracing with dynamic axis {s!r} = {n + delta} "
-                        f"(instead of {n}) failed: {e}") from e
-                perturbed[s] = (job2, delta)
+                        f"sbpflow.onnx.export: tracing with dynamic axis {sym!r} = {size} "
+                        f"(instead of {sizes[sym]}) failed: {e}") from e
+
+            perturbed, checks = {}, {}
+            for s, n in sizes.items():
+                delta = -1 if n >= 3 else 1
+                perturbed[s] = (retrace(s, n + delta), delta)
+                # a third size checks that what changed is linear in the size
+                other = n + 2 * delta if n + 2 * delta >= 2 else n - delta
+                checks[s] = (retrace(s, other), other - n)
     finally:
         _EXPORTING[0] = False
 
     sym_shapes, sym_attrs = _symbolic(job, perturbed, sizes)
+    for s, (job3, step) in checks.items():
+        _check_linear(job, job3, s, sizes[s] + step, sizes, sym_shapes, sym_attrs)
     from .ops import build_graph
 
     graph = build_graph(onnx, job, names, out_names, in_axes, out_axes, sym_shapes,
@@ -347,5 +352,45 @@ def _symbolic(job: Job, perturbed: dict, sizes: dict):
     return sym_shapes, sym_attrs
 
 
-def np_dtype(d: dt.DType):
-    return d.np
+def _eval_lin(v, sym: str, size: int, sizes: dict):
+    """v (attrs/shape with `Lin`s) with symbol `sym` at `size`, the others as traced."""
+    if isinstance(v, Lin):
+        return v.c + sum(k * (size if s == sym else sizes[s]) for s, k in v.k.items())
+    if isinstance(v, (tuple, list)):
+        return type(v)(_eval_lin(x, sym, size, sizes) for x in v)
+    return v
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b or (a != a and b != b)
+
+
+def _check_linear(job, job3, sym, size, sizes, sym_shapes, sym_attrs):
+    """The Job traced with `sym` = `size` must equal the symbolic Job evaluated there."""
+    bad = None
+    if len(job3.ops) != len(job.ops) or any(
+            (a.op_type, a.inputs, a.outputs) != (b.op_type, b.inputs, b.outputs)
+            for a, b in zip(job.ops, job3.ops)):
+        bad = "the traced ops change"
+    else:
+        for n, t in job3.tensors.items():
+            if n not in sym_shapes or not _same(
+                    _eval_lin(sym_shapes[n], sym, size, sizes), tuple(t.shape)):
+                bad = f"the shape of tensor {n} is not linear in it"
+                break
+        for op, op3 in zip(job.ops, job3.ops):
+            if bad:
+                break
+            for k, v in op3.attrs.items():
+                if not _same(_eval_lin(sym_attrs[op.name].get(k), sym, size, sizes), v):
+                    bad = (f"attribute {k!r} of op {op.op_type} (module '{op.scope}', at "
+                           f"{op.where()}) is not linear in it")
+                    break
+    if bad:
+        raise OnnxExporterError(
+            f"sbpflow.onnx.export: with dynamic axis {sym!r} = {size}, {bad}; the model "
+            "cannot be exported with that axis dynamic")

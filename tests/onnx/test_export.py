@@ -211,6 +211,16 @@ def test_size_dependent_control_flow_cannot_be_dynamic():
     _check(Branchy(), (flow.randn(3, 2),))  # static: fine
 
 
+def test_size_used_nonlinearly_cannot_be_dynamic():
+    class Square(nn.Module):
+        def forward(self, x):
+            return x.sum() + flow.zeros(x.shape[0] * x.shape[0])
+
+    with pytest.raises(flow.onnx.OnnxExporterError, match="not linear"):
+        _export(Square(), (flow.randn(3, 2),), input_names=["x"],
+                dynamic_axes={"x": {0: "batch"}})
+
+
 # -- errors ---------------------------------------------------------------------------------------
 class _Inverts(nn.Module):
     def __init__(self):
