@@ -12,18 +12,28 @@ Seeds: each epoch draws a base seed from the loader's generator (or sbpflow's de
 generator), in every mode, before the sampler draws its permutation.  Worker `i` seeds
 sbpflow's default generator and Python's `random` with base_seed + i when it starts (persistent
 workers keep that seeding across epochs, as torch's do).
+
+Workers never outlive the main process: each asks the kernel for SIGKILL when its parent
+dies (`prctl(PR_SET_PDEATHSIG)`, when the iterator was made on the main thread) and also
+checks its parent's PID every second while idle, which covers a parent killed under a
+subreaper (where the orphan's parent PID becomes the subreaper's, not 1). A worker that dies
+is reported with its signal or exit code, as torch words it.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
+import ctypes
 import itertools
 import multiprocessing
 import os
 import pickle
 import queue
 import random
+import signal
+import sys
+import threading
 import time
 import traceback
 import weakref
@@ -272,9 +282,29 @@ class _Fetcher:
         return self.collate_fn(self.dataset[index])
 
 
+_PR_SET_PDEATHSIG = 1
+_PARENT_CHECK_S = 1.0  # how often an idle worker checks that its parent is alive
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this worker when the thread that started it ends."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl: the idle check below still ends the worker
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _worker_loop(fetcher: _Fetcher, index_queue, result_queue, seed: int, init_fn,
-                 worker_id: int, num_workers: int) -> None:
+                 worker_id: int, num_workers: int, parent_pid: int | None = None,
+                 die_with_parent: bool = False) -> None:
     global _worker_info
+    if parent_pid is None:
+        parent_pid = os.getppid()
+    if die_with_parent:
+        _die_with_parent(parent_pid)
     random.seed(seed)
     _generator.default_generator.manual_seed(seed)
     _worker_info = WorkerInfo(worker_id, num_workers, seed, fetcher.dataset)
@@ -288,9 +318,11 @@ def _worker_loop(fetcher: _Fetcher, index_queue, result_queue, seed: int, init_f
     reported_end = False
     while True:
         try:
-            task = index_queue.get(timeout=5.0)
+            task = index_queue.get(timeout=_PARENT_CHECK_S)
         except queue.Empty:
-            if os.getppid() == 1:  # the main process is gone
+            # The main process is gone: this worker was re-parented (to init, or to a
+            # subreaper, so the check is "not our parent", not "parent is 1").
+            if os.getppid() != parent_pid:
                 return
             continue
         if task is None:
@@ -382,12 +414,15 @@ class _MultiProcessIter:
         self._index_queues = []
         self._workers = []
         fetcher = loader._make_fetcher()
+        # PR_SET_PDEATHSIG fires when the *thread* that started the worker ends: ask for it
+        # only from the main thread, whose end is the process's end.
+        on_main = threading.current_thread() is threading.main_thread()
         for i in range(self._num_workers):
             q = ctx.Queue()
             w = ctx.Process(
                 target=_worker_loop,
                 args=(fetcher, q, self._result_queue, self._base_seed + i,
-                      loader.worker_init_fn, i, self._num_workers),
+                      loader.worker_init_fn, i, self._num_workers, os.getpid(), on_main),
                 daemon=True,
             )
             w.start()
@@ -441,12 +476,13 @@ class _MultiProcessIter:
                 epoch, idx, blob = self._result_queue.get(timeout=self._POLL_S)
                 return epoch, idx, pickle.loads(blob)  # our own workers' bytes
             except queue.Empty:
-                dead = [w.pid for w in self._workers if not w.is_alive()]
+                dead = [(i, w) for i, w in enumerate(self._workers) if not w.is_alive()]
                 if dead:
+                    how = "; ".join(_how_worker_ended(i, w) for i, w in dead)
+                    pids = ", ".join(str(w.pid) for _, w in dead)
                     self._shutdown_workers()
                     raise RuntimeError(
-                        f"DataLoader worker (pid(s) {', '.join(map(str, dead))}) exited "
-                        "unexpectedly"
+                        f"DataLoader worker (pid(s) {pids}) exited unexpectedly: {how}"
                     ) from None
                 if self._timeout > 0 and time.monotonic() - start > self._timeout:
                     raise RuntimeError(
@@ -492,6 +528,17 @@ class _MultiProcessIter:
 
     def _shutdown_workers(self) -> None:
         self._finalizer()
+
+
+def _how_worker_ended(worker_id: int, w) -> str:
+    code = w.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.strsignal(-code) or signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"DataLoader worker {worker_id} (pid {w.pid}) is killed by signal: {name}."
+    return f"DataLoader worker {worker_id} (pid {w.pid}) exited with exit code {code}."
 
 
 def _shutdown(owner_pid: int, workers, index_queues, result_queue) -> None:
