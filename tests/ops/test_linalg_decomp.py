@@ -788,3 +788,17 @@ def test_solve_triangular_singular_dtypes_and_errors():
     ours = flow.linalg.lu_solve(flow.tensor(lu.numpy()), flow.tensor(piv.numpy()),
                                 flow.ones(3, 1, dtype=flow.float64)).numpy()
     assert not np.isfinite(ours).all()
+
+
+def test_lstsq_shapes_and_errors():
+    rng = np.random.default_rng(37)
+    a, b = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5))
+    ours = flow.linalg.lstsq(flow.tensor(a), flow.tensor(b), driver="gelsd")
+    ref = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b), driver="gelsd")
+    for f, t in zip(ours, ref):
+        _close(f, t)
+    for a_shape, b_shape in (((2, 5, 3), (5,)), ((5, 3), (4,)), ((5, 3), (4, 2)), ((3,), (3,)),
+                             ((5, 3), (2, 5, 2))):
+        a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+        _same_error(lambda a=a, b=b: flow.linalg.lstsq(flow.tensor(a), flow.tensor(b)),
+                    lambda a=a, b=b: torch.linalg.lstsq(torch.tensor(a), torch.tensor(b)))

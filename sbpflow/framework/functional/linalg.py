@@ -456,12 +456,14 @@ def linalg_lstsq(A, B, rcond=None, *, driver=None):
     if A.ndim < 2:
         raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
     m, n = A.shape[-2:]
+    if not 0 <= A.ndim - B.ndim <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to "
+                           "other.dim() and (input.dim() - other.dim()) <= 1")
     vector = B.ndim == A.ndim - 1
     b = B.unsqueeze(-1) if vector else B
     if b.shape[-2] != m:
-        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2) "
-                           f"but got {m} and {b.shape[-2]}" if not vector else
-                           "torch.linalg.lstsq: input.size(-2) should match other.size(-1)")
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size("
+                           f"{-1 if vector else -2})")
     u, s, vh = linalg_svd(A, full_matrices=False)
     if rcond is None:
         rcond = float(np.finfo(A.dtype.np).eps) * max(m, n)
