@@ -593,6 +593,30 @@ def _gru_cell(b, node, ins):
     return [b.node("Add", [n, b.node("Mul", [z, b.node("Sub", [h_prev, n])])])]
 
 
+@_reg("nll_loss")
+def _nll_loss(b, node, ins):
+    a = b.attrs(node)
+    if b.ndim(node.inputs[0]) < 2:
+        raise OnnxExporterError(
+            f"sbpflow.onnx.export: nll_loss on an unbatched input (module "
+            f"'{node.scope or '<top>'}', at {node.where()}) has no ONNX mapping")
+    d = _out_dtype(b, node)
+    x = b.cast(ins[0], b.dtype(node.inputs[0]), d)
+    w = b.cast(ins[2], b.dtype(node.inputs[2]), d)
+    target = b.cast(ins[1], b.dtype(node.inputs[1]), dt.int64)
+    ignore = int(b.static(node, "ignore_index"))
+    loss = b.node("NegativeLogLikelihoodLoss", [x, target, w], reduction=a["reduction"],
+                  ignore_index=ignore)
+    total = None
+    if len(node.outputs) > 1 and _used(b, node.outputs[1]):
+        valid = b.node("Not", [b.node("Equal", [target, b.scalar(ignore, dt.int64)])])
+        safe = b.node("Where", [valid, target, b.scalar(0, dt.int64)])
+        wt = b.node("Mul", [b.node("Gather", [w, safe], axis=0),
+                            b.node("Cast", [valid], to=onnx_type(b.onnx, d))])
+        total = b.node("ReduceSum", [wt], keepdims=0)
+    return [loss, total]
+
+
 # -- reductions -----------------------------------------------------------------------------------
 def _axes_of(b, node, dim):
     nd = b.ndim(node.inputs[0])

@@ -8,7 +8,7 @@ import pytest
 
 import sbpflow as flow
 from sbpflow import nn
-from sbpflow.examples.digits import DigitsCNN, EvalGraph
+from sbpflow.examples.digits import DigitsCNN, EvalGraph, TrainGraph
 from sbpflow.examples.gpt import TinyGPT
 
 onnx = pytest.importorskip("onnx")
@@ -131,6 +131,22 @@ def test_nn_graph_exports_like_its_module():
     proto, sess = _export(graph, (x,))
     (out,) = _run(sess, x.numpy())
     np.testing.assert_array_equal(out, graph(x).numpy())  # EvalGraph returns argmax classes
+
+
+def test_training_graph_exports_its_forward_and_loss():
+    """A training nn.Graph: its build() (forward and loss) is traced; loss.backward() and the
+    optimizer add nothing to the export (no graph pass runs)."""
+    flow.manual_seed(0)
+    model = DigitsCNN()
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1))
+    x, y = flow.randn(4, 1, 8, 8), flow.randint(0, 10, (4,))
+    proto, sess = _export(graph, (x, y))
+    assert [i.name for i in sess.get_inputs()] == ["x", "y"]
+    (loss,) = _run(sess, x.numpy(), y.numpy())
+    model.eval()
+    with flow.no_grad():
+        ref = flow.nn.functional.cross_entropy(model(x), y)
+    np.testing.assert_allclose(loss, ref.numpy(), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("opset", [17, 18])

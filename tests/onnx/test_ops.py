@@ -78,6 +78,10 @@ CASES = {
                   + flow.zeros(x.shape[0], 4), [_f(4)]),
     "cast": (lambda x: (x * 3).int().float() + x.long().double().float(), [_f(4)]),
     "topk": (lambda x: x.topk(2, dim=1)[0], [_f(5)]),
+    "losses": (lambda x, t: flow.stack([
+        F.cross_entropy(x, t), F.cross_entropy(x, t, reduction="sum", ignore_index=2),
+        F.nll_loss(F.log_softmax(x, 1), t, weight=flow.arange(1.0, 6.0), ignore_index=1),
+        F.cross_entropy(x, t, reduction="none").sum()]), [_f(5), _i(5)]),
 }
 
 
