@@ -127,3 +127,23 @@ def test_op_mapping_matches_eager(name, model, makers, dynamic):
         r = r.numpy()
         assert o.shape == r.shape and o.dtype == r.dtype
         np.testing.assert_allclose(o, r, atol=1e-5, rtol=1e-5)
+
+
+def test_gather_and_index_select_mapping():
+    """The registry ops themselves (flow.gather / index_select check index values on the host,
+    which a trace cannot do, so a module calls the ops directly here)."""
+    from sbpflow.framework import interpreter
+    from sbpflow.ops.registry import get
+
+    class Gathers(nn.Module):
+        def forward(self, x, i):
+            a = interpreter.apply(get("gather"), [x, i], {"dim": 1})
+            b = interpreter.apply(get("index_select"), [x, i[0]], {"dim": -1})
+            return flow.cat([a, b], 1)
+
+    x, i = flow.randn(3, 5), flow.randint(0, 5, (3, 3))
+    ref = flow.cat([flow.gather(x, 1, i), x.index_select(1, i[0])], 1).numpy()
+    buf = io.BytesIO()
+    flow.onnx.export(Gathers(), (x, i), buf)
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x.numpy(), "i": i.numpy()})[0], ref)
