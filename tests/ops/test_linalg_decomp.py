@@ -802,3 +802,45 @@ def test_lstsq_shapes_and_errors():
         a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
         _same_error(lambda a=a, b=b: flow.linalg.lstsq(flow.tensor(a), flow.tensor(b)),
                     lambda a=a, b=b: torch.linalg.lstsq(torch.tensor(a), torch.tensor(b)))
+
+
+_SECOND_ORDER = {
+    "cholesky": (lambda L, x: L.cholesky(x @ x.mT + 3 * _eye_of(L, x)), 3),
+    "eigvalsh": (lambda L, x: L.eigvalsh(x @ x.mT), 3),
+    # Squared entries: independent of each eigenvector's sign (LAPACKs differ there).
+    "eigh vectors": (lambda L, x: L.eigh(x @ x.mT + _diag_of(L, x))[1] ** 2, 3),
+    "svdvals": (lambda L, x: L.svdvals(x), 3),
+    "qr": (lambda L, x: L.qr(x)[1], 3),
+    "solve": (lambda L, x: L.solve(x + 3 * _eye_of(L, x), x.sum(-1)), 3),
+    "solve_triangular": (lambda L, x: L.solve_triangular(x + 3 * _eye_of(L, x), x, upper=True),
+                         3),
+    "lu_factor": (lambda L, x: L.lu_factor(x + 3 * _eye_of(L, x))[0], 3),
+    "pinv": (lambda L, x: L.pinv(x[..., :2]), 3),
+}
+
+
+def _eye_of(lib, x):
+    if lib is torch.linalg:
+        return torch.eye(x.shape[-1], dtype=x.dtype)
+    return flow.eye(x.shape[-1], dtype=x.dtype)
+
+
+def _diag_of(lib, x):
+    d = np.diag([0.0, 3.0, 7.0])  # separated eigenvalues
+    return flow.tensor(d) if lib is flow.linalg else torch.tensor(d)
+
+
+@pytest.mark.parametrize("name", sorted(_SECOND_ORDER))
+def test_second_order_gradients_of_decompositions(name):
+    fn, n = _SECOND_ORDER[name]
+    a = np.random.default_rng(38).standard_normal((2, n, n))
+    fa, ta = _pair(a)
+    c = np.random.default_rng(39).standard_normal(tuple(fn(torch.linalg, ta).shape))
+    (gf,) = flow.autograd.grad((fn(flow.linalg, fa) * flow.tensor(c)).sum(), fa,
+                               create_graph=True)
+    (gt,) = torch.autograd.grad((fn(torch.linalg, ta) * torch.tensor(c)).sum(), ta,
+                                create_graph=True)
+    _close(gf, gt, 1e-7, 1e-8)
+    (hf,) = flow.autograd.grad((gf * gf).sum(), fa)
+    (ht,) = torch.autograd.grad((gt * gt).sum(), ta)
+    _close(hf, ht, 1e-6, 1e-7)
