@@ -235,6 +235,17 @@ def _not(b, node, ins):
     return [b.node("Not", [b.cast(ins[0], b.dtype(node.inputs[0]), dt.bool_)])]
 
 
+@_reg("bitwise_not")
+def _bitwise_not(b, node, ins):
+    d = b.dtype(node.inputs[0])
+    if d == dt.bool_:
+        return [b.node("Not", ins)]
+    if d.is_floating_point or b.opset < 18:
+        raise OnnxExporterError(f"sbpflow.onnx.export: bitwise_not on {d.name} has no ONNX "
+                                f"mapping at opset {b.opset}")
+    return [b.node("BitwiseNot", ins)]
+
+
 @_reg("isnan")
 def _isnan(b, node, ins):
     return [b.node("IsNaN", ins)]

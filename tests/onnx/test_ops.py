@@ -78,6 +78,19 @@ CASES = {
                   + flow.zeros(x.shape[0], 4), [_f(4)]),
     "cast": (lambda x: (x * 3).int().float() + x.long().double().float(), [_f(4)]),
     "topk": (lambda x: x.topk(2, dim=1)[0], [_f(5)]),
+    "more_unary": (lambda x: (x.tan() + x.clamp(-0.9, 0.9).asin() + x.clamp(-0.9, 0.9).acos()
+                              + x.atan() + x.sinh() + x.cosh() + x.asinh()
+                              + (x.abs() + 1).acosh() + x.clamp(-0.9, 0.9).atanh()
+                              + (x * 4).round() + (x.abs() + 1).reciprocal()), [_f(6)]),
+    "more_binary": (lambda x, y: flow.cat([
+        flow.minimum(x, y), x.abs().pow(y), flow.logical_or(x > 0, y > 0).float(),
+        flow.logical_xor(x > 0, y > 0).float(), (~(x > 0)).float(), flow.logical_not(x).float(),
+        (~(x * 4).int()).float(), x.clamp(max=0.3),
+        x.isnan().float() + x.isinf().float(), x.amin(1, keepdim=True),
+        x.prod(1, keepdim=True), x.argmin(1, keepdim=True).float(),
+        flow.mm(x, y.t()), x.unflatten(1, (2, 2)).flatten(1)], 1), [_f(4), _f(4)]),
+    "pool_1d": (lambda x: flow.cat([F.avg_pool1d(x, 2), F.max_pool1d(x, 2, 2)], 2),
+                [_f(2, 6)]),
     "losses": (lambda x, t: flow.stack([
         F.cross_entropy(x, t), F.cross_entropy(x, t, reduction="sum", ignore_index=2),
         F.nll_loss(F.log_softmax(x, 1), t, weight=flow.arange(1.0, 6.0), ignore_index=1),
@@ -91,6 +104,8 @@ def _modules():
         "conv1d_grouped": (nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2), [_f(4, 9)]),
         "conv2d_same": (nn.Conv2d(2, 3, 3, padding="same", dilation=2), [_f(2, 7, 7)]),
         "layer_norm": (nn.LayerNorm([3, 4]), [_f(3, 4)]),
+        "conv3d_pool3d": (nn.Sequential(nn.Conv3d(2, 3, 2, padding=1), nn.MaxPool3d(2),
+                                        nn.AvgPool3d(1)), [_f(2, 4, 4, 4)]),
         "transformer_decoder_layer": (
             nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True),
             [_f(3, 8), _f(4, 8)]),
