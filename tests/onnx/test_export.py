@@ -290,3 +290,28 @@ def test_training_mode_argument():
     model.eval()
     _export(model, (x,), training=flow.onnx.TrainingMode.PRESERVE)
     assert not model.training
+
+
+def test_kwargs_and_is_in_onnx_export():
+    flow.manual_seed(0)
+    lstm = nn.LSTM(3, 4)
+    seen = []
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = lstm
+
+        def forward(self, x, hx=None):
+            seen.append(flow.onnx.is_in_onnx_export())
+            return self.lstm(x, hx)[0]
+
+    x, h0, c0 = flow.randn(5, 2, 3), flow.randn(1, 2, 4), flow.randn(1, 2, 4)
+    for kw in ({"kwargs": {"hx": (h0, c0)}, "args": (x,)}, {"args": (x, {"hx": (h0, c0)})}):
+        proto, sess = _export(Wrap(), kw.pop("args"), **kw)
+        assert [i.name for i in sess.get_inputs()] == ["input_0", "input_1", "input_2"]
+        with flow.no_grad():
+            ref = lstm(x, (h0, c0))[0].numpy()
+        np.testing.assert_allclose(_run(sess, x.numpy(), h0.numpy(), c0.numpy())[0], ref,
+                                   atol=ATOL, rtol=0)
+    assert seen and all(seen) and flow.onnx.is_in_onnx_export() is False
