@@ -844,3 +844,21 @@ def test_second_order_gradients_of_decompositions(name):
     (hf,) = flow.autograd.grad((gf * gf).sum(), fa)
     (ht,) = torch.autograd.grad((gt * gt).sum(), ta)
     _close(hf, ht, 1e-6, 1e-7)
+
+
+def test_torch_cross():
+    rng = np.random.default_rng(40)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    _grads_match(lambda x, y: flow.cross(x, y, dim=1), lambda x, y: torch.cross(x, y, dim=1),
+                 [a, b])
+    _close(flow.tensor(a).cross(flow.tensor(b), dim=-1), torch.tensor(a).cross(
+        torch.tensor(b), dim=-1))
+    from sbpflow.framework.functional import linalg as fl
+
+    fl._WARNED.discard("cross")
+    c, d = rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+    with pytest.warns(UserWarning, match="torch.cross without specifying the dim"):
+        out = flow.cross(flow.tensor(c), flow.tensor(d))
+    _close(out, torch.cross(torch.tensor(c), torch.tensor(d), dim=0))
+    _same_error(lambda: flow.cross(flow.ones(2, 2), flow.ones(2, 2)),
+                lambda: torch.cross(torch.ones(2, 2), torch.ones(2, 2)))

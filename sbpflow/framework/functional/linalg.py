@@ -831,6 +831,21 @@ def _cholesky_product(L, upper):
     return f.mT @ f if upper else f @ f.mT
 
 
+def cross(input, other, dim=None, *, out=None):
+    """torch.cross: linalg.cross, with dim=None meaning the first axis of size 3."""
+    _no_out("cross", out)
+    if dim is None:
+        _deprecated_once("cross", (
+            "Using torch.cross without specifying the dim arg is deprecated.\nPlease either "
+            "pass the dim explicitly or simply use torch.linalg.cross.\nThe default value of "
+            "dim will change to agree with that of linalg.cross in a future release."))
+        sizes = list(input.shape)
+        if 3 not in sizes:
+            raise RuntimeError("no dimension of size 3 in input")
+        dim = sizes.index(3)
+    return linalg_cross(input, other, dim=dim)
+
+
 _triangular_solve_result = _return_type("triangular_solve", ["solution", "cloned_coefficient"])
 
 
@@ -898,7 +913,7 @@ METHODS = {
     "inverse": inverse, "det": det, "logdet": logdet, "slogdet": slogdet,
     "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
     "matrix_power": matrix_power, "matrix_exp": matrix_exp, "cholesky_solve": cholesky_solve,
-    "triangular_solve": triangular_solve, "lu": lu, "lu_solve": lu_solve,
+    "triangular_solve": triangular_solve, "lu": lu, "lu_solve": lu_solve, "cross": cross,
     "cholesky_inverse": cholesky_inverse,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
@@ -907,6 +922,6 @@ METHODS = {
 }
 
 __all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "cholesky_inverse", "cholesky_solve",
-           "det", "dot", "einsum", "ger", "inverse", "logdet", "matmul", "matrix_exp",
+           "cross", "det", "dot", "einsum", "ger", "inverse", "logdet", "matmul", "matrix_exp",
            "matrix_power", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd", "tensordot",
            "triangular_solve", "lu", "lu_solve", "lu_unpack"]
