@@ -338,6 +338,19 @@ def _symbolic(job: Job, perturbed: dict, sizes: dict):
                 f"sbpflow.onnx.export: the traced ops change when dynamic axis {s!r} changes "
                 f"size{at}; the model's control flow depends on that size, so it cannot be "
                 "exported with that axis dynamic")
+    for name, var in job.variables.items():
+        if var.tensor is None:
+            continue
+        for s, (j2, _) in perturbed.items():
+            v2 = j2.variables.get(name)
+            if v2 is not None and v2.tensor is var.tensor:
+                continue  # a parameter or buffer: the same tensor
+            if v2 is None or v2.tensor is None or not np.array_equal(
+                    v2.tensor.detach().numpy(), var.tensor.detach().numpy()):
+                raise OnnxExporterError(
+                    f"sbpflow.onnx.export: the tensor {name} that forward() builds from data "
+                    f"changes with dynamic axis {s!r}; build it with tensor ops (e.g. "
+                    "flow.arange, flow.full) so its size can follow the axis")
     for n, t in job.tensors.items():
         others = {s: (tuple(j2.tensors[n].shape), d) for s, (j2, d) in perturbed.items()}
         sym_shapes[n] = _diff(tuple(t.shape), others, sizes, f"the shape of tensor {n}")

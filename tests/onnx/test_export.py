@@ -227,6 +227,17 @@ def test_size_dependent_control_flow_cannot_be_dynamic():
     _check(Branchy(), (flow.randn(3, 2),))  # static: fine
 
 
+def test_data_tensor_depending_on_a_dynamic_size_is_refused():
+    class FromData(nn.Module):
+        def forward(self, x):
+            return x + flow.tensor(np.arange(x.shape[0], dtype=np.float32)).unsqueeze(1)
+
+    with pytest.raises(flow.onnx.OnnxExporterError, match="builds from data"):
+        _export(FromData(), (flow.randn(3, 2),), input_names=["x"],
+                dynamic_axes={"x": {0: "batch"}})
+    _check(FromData(), (flow.randn(3, 2),))  # a constant at a static size
+
+
 def test_size_used_nonlinearly_cannot_be_dynamic():
     class Square(nn.Module):
         def forward(self, x):
