@@ -284,6 +284,11 @@ class Primitives:
         v.shape = shape
         return v
 
+    def bitcast(self, x, dtype: DType):
+        """A view of x's bytes as `dtype`; the last axis rescales when the element size
+        differs (it must then be contiguous, else ValueError)."""
+        return x.view(dtype.np)
+
     def slice(self, x, key):
         """Basic indexing (ints, slices with positive steps, None, Ellipsis): a view."""
         # An all-int key would give a NumPy scalar copy; a trailing Ellipsis keeps a 0-d view.

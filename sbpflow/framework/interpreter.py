@@ -155,6 +155,8 @@ def _view_layout(opdef, src: Tensor, out_meta, attrs):
     source's strides (itemsize 1: byte strides are element strides) yields the output's
     layout without touching data, as torch derives strides from metadata.
     """
+    if out_meta.dtype != src._meta.dtype:  # Tensor.view(dtype): the bytes are reinterpreted
+        return _dtype_view_layout(src, out_meta)
     key = (opdef.name, src._meta.shape, src._strides, tuple(attrs.values()))
     try:
         hit = _LAYOUT_CACHE.get(key)
@@ -169,6 +171,20 @@ def _view_layout(opdef, src: Tensor, out_meta, attrs):
         if key is not None and len(_LAYOUT_CACHE) < 65536:
             _LAYOUT_CACHE[key] = hit
     return hit[0], src._offset + hit[1]
+
+
+def _dtype_view_layout(src: Tensor, out_meta):
+    """(strides, offset) of a view of src's bytes as another dtype, in the new element size:
+    the last axis (contiguous) absorbs a change of element size, as torch's view(dtype)."""
+    old, new = src._meta.dtype.np.itemsize, out_meta.dtype.np.itemsize
+    strides, offset = tuple(src._strides), src._offset
+    if old == new or not strides:
+        return strides, offset
+    if old > new:
+        r = old // new
+        return tuple(s * r for s in strides[:-1]) + (1,), offset * r
+    r = new // old
+    return tuple(s // r for s in strides[:-1]) + (1,), offset // r
 
 
 def write_values(t: Tensor, value: Tensor, name: str) -> None:

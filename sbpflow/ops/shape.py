@@ -136,6 +136,81 @@ register(OpDef(
 ))
 
 
+_TORCH_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half",
+               "bfloat16": "BFloat16", "int64": "Long", "int32": "Int", "int16": "Short",
+               "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def view_dtype_error(src: dt.DType, dtype: dt.DType, what: str, got=None) -> Exception:
+    """torch's RuntimeError for a view(dtype) that the shape or layout does not allow."""
+    msg = (f"{what} to view {_TORCH_TYPE[src.name]} as {_TORCH_TYPE[dtype.name]} (different "
+           "element sizes)")
+    return RuntimeError(msg if got is None else f"{msg}, but got {got}")
+
+
+def _view_dtype_meta(x, dtype):
+    old, new = x.dtype.np.itemsize, dtype.np.itemsize
+    shape = x.shape
+    if old != new:
+        if not shape:
+            raise view_dtype_error(x.dtype, dtype, "self.dim() cannot be 0")
+        if old > new:
+            shape = shape[:-1] + (shape[-1] * (old // new),)
+        else:
+            r = new // old
+            if shape[-1] % r:
+                raise view_dtype_error(x.dtype, dtype, f"self.size(-1) must be divisible by {r}",
+                                       shape[-1])
+            shape = shape[:-1] + (shape[-1] // r,)
+    return TensorMeta(shape, dtype)
+
+
+def _view_dtype_kernel(ctx, x, dtype):
+    if dtype == ctx.in_metas[0].dtype:
+        return ctx.prims.reshape(x, ctx.out_metas[0].shape)
+    try:
+        return ctx.prims.bitcast(x, dtype)
+    except ValueError:
+        raise view_dtype_error(ctx.in_metas[0].dtype, dtype,
+                               "self.stride(-1) must be 1") from None
+
+
+def _view_dtype_sbp(x, dtype):
+    _view_dtype_meta(x, dtype)
+    sigs = [Signature((B,), (B,))]  # no P: reinterpreted partial sums do not add up
+    for i in range(x.ndim):
+        if i < x.ndim - 1 or x.dtype.np.itemsize == dtype.np.itemsize:
+            sigs.append(Signature((Split(i),), (Split(i),)))
+        else:  # the last axis rescales: whole elements per piece only for even cuts
+            sigs.append(Signature((Split(i),), (Split(i),), even=(0, 1)))
+    return sigs
+
+
+register(OpDef(
+    "view_dtype",
+    inputs=("input",),
+    attrs={"dtype": Attr("dtype")},
+    infer_meta=_view_dtype_meta,
+    kernel=_view_dtype_kernel,
+    # torch: view(dtype) is not differentiable (its output never requires grad)
+    sbp=_view_dtype_sbp,
+    reference=lambda torch, x, dtype: x.view(dtype),
+    samples=lambda rng: [
+        Sample(_rand(rng, 2, 3), dtype=dt.float32),
+        Sample(_rand(rng, 2, 3), dtype=dt.int64),
+        Sample(_rand(rng, 4, 2).astype(np.float32), dtype=dt.float64),
+        Sample(_rand(rng, 6, 4).astype(np.float32), dtype=dt.bfloat16),
+        Sample(rng.integers(-9, 9, (6, 4)).astype(np.int32), dtype=dt.int16),
+        Sample(rng.integers(-9, 9, (3, 8)).astype(np.int16), dtype=dt.int64),
+        Sample(rng.integers(0, 2, (4, 3)).astype(np.uint8), dtype=dt.bool_),
+        Sample(rng.integers(-9, 9, (2,)).astype(np.int64), dtype=dt.uint8),
+        Sample(np.array(1.5, np.float32), dtype=dt.int32),
+        Sample(_rand(rng, 2, 3), dtype=dt.float64),
+    ],
+    view=True,
+))
+
+
 def _expand_meta(x, size):
     size = tuple(size)
     if len(size) < x.ndim:

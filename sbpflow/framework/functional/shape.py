@@ -12,7 +12,7 @@ import operator
 import numpy as np
 
 from ..._core.errors import normalize_dim
-from ...ops.shape import flatten_dims, flatten_shape, infer_size
+from ...ops.shape import flatten_dims, flatten_shape, infer_size, view_dtype_error
 from ..tensor import Tensor
 from ._base import call, inplace_method, shape_args
 
@@ -86,15 +86,40 @@ def view(input: Tensor, *shape):
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list)) and not isinstance(
         shape[0], int
     ):
-        from ..._core.dtype import as_dtype
+        from ..._core.dtype import DType
 
-        try:
-            dtype = as_dtype(shape[0])
-        except TypeError:
-            raise TypeError(f"view(): argument 'dtype' must be dtype, not "
-                            f"{type(shape[0]).__name__}") from None
-        return call("view_dtype", input, dtype=dtype)
+        if not isinstance(shape[0], DType):  # torch takes a dtype object, never a string
+            got = type(shape[0]).__name__
+            raise TypeError(
+                f"view() received an invalid combination of arguments - got ({got}), but "
+                "expected one of:\n * (sbpflow.dtype dtype)\n * (tuple of ints size)\n")
+        return _view_dtype(input, shape[0])
     return call("view", input, shape=shape_args("view", shape))
+
+
+def _view_dtype(input: Tensor, dtype):
+    """Tensor.view(dtype): the same bytes as another dtype, with torch's layout checks (made
+    here, where strides and the storage offset are known, in torch's order)."""
+    old, new = input.dtype.itemsize, dtype.itemsize
+    if old != new and input.ndim:
+        strides = input.stride()
+        if old < new:
+            r = new // old
+            if input.shape[-1] % r:
+                raise view_dtype_error(input.dtype, dtype,
+                                       f"self.size(-1) must be divisible by {r}", input.shape[-1])
+            if input.storage_offset() % r:
+                raise view_dtype_error(input.dtype, dtype,
+                                       f"self.storage_offset() must be divisible by {r}",
+                                       input.storage_offset())
+        if strides[-1] != 1:
+            raise view_dtype_error(input.dtype, dtype, "self.stride(-1) must be 1", strides[-1])
+        if old < new:
+            for i, st in enumerate(strides[:-1]):
+                if st % r:
+                    raise view_dtype_error(input.dtype, dtype,
+                                           f"self.stride({i}) must be divisible by {r}", st)
+    return call("view_dtype", input, dtype=dtype)
 
 
 def reshape(input: Tensor, *shape):
