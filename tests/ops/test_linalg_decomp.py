@@ -862,3 +862,18 @@ def test_torch_cross():
     _close(out, torch.cross(torch.tensor(c), torch.tensor(d), dim=0))
     _same_error(lambda: flow.cross(flow.ones(2, 2), flow.ones(2, 2)),
                 lambda: torch.cross(torch.ones(2, 2), torch.ones(2, 2)))
+
+
+def test_kron_and_chain_matmul():
+    rng = np.random.default_rng(41)
+    for sa, sb in (((2, 3), (4, 2)), ((2, 3), (4,)), ((), (3,)), ((2, 1, 3), (2, 2))):
+        a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+        _grads_match(flow.kron, torch.kron, [a, b])
+    ms = [rng.standard_normal(s) for s in ((2, 3), (3, 4), (4, 2))]
+    with pytest.warns(UserWarning, match="chain_matmul is deprecated"):
+        from sbpflow.framework.functional import linalg as fl
+
+        fl._WARNED.discard("chain_matmul")
+        out = flow.chain_matmul(*[flow.tensor(m) for m in ms])
+    _close(out, torch.linalg.multi_dot([torch.tensor(m) for m in ms]))
+    _close(flow.chain_matmul(flow.tensor(ms[0])), ms[0])

@@ -846,6 +846,35 @@ def cross(input, other, dim=None, *, out=None):
     return linalg_cross(input, other, dim=dim)
 
 
+def chain_matmul(*matrices, out=None):
+    """The deprecated torch.chain_matmul: the product of 2-D matrices (one is returned as
+    is)."""
+    _no_out("chain_matmul", out)
+    _deprecated_once("chain_matmul", (
+        "torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
+        "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather "
+        "than multiple parameters."))
+    if len(matrices) == 1:
+        if matrices[0].ndim != 2:
+            raise RuntimeError(f"chain_matmul(): Tensor dimension is {matrices[0].ndim}, "
+                               "expected 2 instead.")
+        return matrices[0].clone()
+    return linalg_multi_dot(matrices)
+
+
+def kron(input, other, *, out=None):
+    """The Kronecker product: out[i * q + j] = input[i] * other[j] along every axis (the
+    operand of fewer dims gets leading unit axes)."""
+    _no_out("kron", out)
+    n = max(input.ndim, other.ndim)
+    a = input.reshape(*([1] * (n - input.ndim)), *input.shape)
+    b = other.reshape(*([1] * (n - other.ndim)), *other.shape)
+    inter_a = [d for size in a.shape for d in (size, 1)]
+    inter_b = [d for size in b.shape for d in (1, size)]
+    prod = a.reshape(*inter_a) * b.reshape(*inter_b)
+    return prod.reshape(*[x * y for x, y in zip(a.shape, b.shape)])
+
+
 _triangular_solve_result = _return_type("triangular_solve", ["solution", "cloned_coefficient"])
 
 
@@ -914,6 +943,7 @@ METHODS = {
     "cholesky": cholesky, "svd": svd, "qr": qr, "pinverse": pinverse,
     "matrix_power": matrix_power, "matrix_exp": matrix_exp, "cholesky_solve": cholesky_solve,
     "triangular_solve": triangular_solve, "lu": lu, "lu_solve": lu_solve, "cross": cross,
+    "kron": kron,
     "cholesky_inverse": cholesky_inverse,
     "matmul": matmul, "__matmul__": matmul,
     "__rmatmul__": lambda self, other: matmul(other, self),
@@ -921,7 +951,7 @@ METHODS = {
     "addmm": addmm, "baddbmm": baddbmm, "addmv": addmv,
 }
 
-__all__ = ["addmm", "addmv", "baddbmm", "bmm", "cholesky", "cholesky_inverse", "cholesky_solve",
-           "cross", "det", "dot", "einsum", "ger", "inverse", "logdet", "matmul", "matrix_exp",
-           "matrix_power", "mm", "mv", "outer", "pinverse", "qr", "slogdet", "svd", "tensordot",
-           "triangular_solve", "lu", "lu_solve", "lu_unpack"]
+__all__ = ["addmm", "addmv", "baddbmm", "bmm", "chain_matmul", "cholesky", "cholesky_inverse",
+           "cholesky_solve", "cross", "det", "dot", "einsum", "ger", "inverse", "kron", "logdet",
+           "lu", "lu_solve", "lu_unpack", "matmul", "matrix_exp", "matrix_power", "mm", "mv",
+           "outer", "pinverse", "qr", "slogdet", "svd", "tensordot", "triangular_solve"]
