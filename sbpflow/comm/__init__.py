@@ -7,6 +7,12 @@ installs the failure handlers (`faults`) and the collective watchdog (`watchdog`
 crashes, raises or exits non-zero ends the whole job within seconds, and a collective waiting
 longer than `collective_timeout()` is reported on every rank and aborts the job.
 
+Ranks that run different collectives (another dtype, shape or op, or one rank skipping some)
+are caught by the divergence check (`communicator.SequenceCheck`, on by default: every call
+is fingerprinted, the first calls and then a sample are compared across ranks), which ends the
+job naming what each rank ran. `SBPFLOW_CHECK_DIVERGENCE=0` or `set_divergence_check(False)`
+turns it off; `SBPFLOW_CHECK_GLOBAL=1` (`set_full_check`) compares every call.
+
 Collectives here take NumPy arrays (see `Communicator`). The tensor-level user API
 (`flow.comm.all_reduce(t)` and the rest, OneFlow's) lives in the user layer
 (`sbpflow.distributed.collectives`), which installs its functions into this namespace with
@@ -16,7 +22,19 @@ Collectives here take NumPy arrays (see `Communicator`). The tensor-level user A
 from __future__ import annotations
 
 from . import env, faults
-from .communicator import Communicator, ReduceOp, WorldOfOne, balanced_sizes
+from .communicator import (
+    Communicator,
+    DivergenceError,
+    ReduceOp,
+    WorldOfOne,
+    balanced_sizes,
+    divergence_check_enabled,
+    issue_step,
+    note_backward,
+    run_at_step,
+    set_divergence_check,
+    set_full_check,
+)
 from .faults import abort_job
 from .watchdog import DEFAULT_TIMEOUT_S, collective_timeout, set_collective_timeout
 
@@ -124,8 +142,9 @@ if env.is_multi_process():
 
 
 __all__ = [
-    "Communicator", "DEFAULT_TIMEOUT_S", "ReduceOp", "WorldOfOne", "abort_job",
-    "balanced_sizes", "collective_timeout", "env", "get_local_rank", "get_local_world_size",
-    "get_node_size", "get_rank", "get_world_size", "install_tensor_api", "is_multi_process",
-    "on_clean_exit", "set_collective_timeout", "world",
+    "Communicator", "DEFAULT_TIMEOUT_S", "DivergenceError", "ReduceOp", "WorldOfOne",
+    "abort_job", "balanced_sizes", "collective_timeout", "divergence_check_enabled", "env",
+    "get_local_rank", "get_local_world_size", "get_node_size", "get_rank", "get_world_size",
+    "install_tensor_api", "is_multi_process", "issue_step", "note_backward", "on_clean_exit",
+    "run_at_step", "set_collective_timeout", "set_divergence_check", "set_full_check", "world",
 ]

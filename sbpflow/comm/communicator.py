@@ -23,6 +23,8 @@ from __future__ import annotations
 import abc
 import collections
 import enum
+import os
+import threading
 
 import numpy as np
 
@@ -339,3 +341,200 @@ class WorldOfOne(Communicator):
 
     def barrier(self):
         return None
+
+    def check_global_ops(self, fingerprint, entry, describe) -> None:
+        return None  # one process cannot diverge from itself
+
+
+# -- divergence check ---------------------------------------------------------------------------
+# Every collective (and, in the framework, every global op) folds a fingerprint of what it is
+# (name, dtype, shape, reduce op or root, call index, backward passes so far) into a running
+# hash per sequence: integer hashing of tuples the call has anyway. The ranks compare
+# (call count, hash) with one tiny all-gather on the first `first` calls and then on one call
+# in `every`, on a private duplicate communicator; where they differ, they exchange their
+# last calls and fail naming what each rank ran. Python hashes tuples of ints the same way
+# in every process (only str/bytes hashing is salted), so fingerprints are ints only.
+CHECK_ENV = "SBPFLOW_CHECK_DIVERGENCE"
+FULL_CHECK_ENV = "SBPFLOW_CHECK_GLOBAL"
+DEFAULT_FIRST = 64
+DEFAULT_EVERY = 64
+HISTORY = 256  # calls each sequence remembers, to name the first difference
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    return raw not in ("0", "false", "off", "no")
+
+
+class DivergenceSettings:
+    """What the divergence check does; one instance, `DIVERGENCE`, read on every call."""
+
+    __slots__ = ("on", "full", "first", "every")
+
+    def __init__(self):
+        self.on = _env_flag(CHECK_ENV, True)
+        self.full = _env_flag(FULL_CHECK_ENV, False)  # debug mode: every call is compared
+        self.first = DEFAULT_FIRST
+        self.every = DEFAULT_EVERY
+
+    def due(self, count: int) -> bool:
+        return self.full or count <= self.first or count % self.every == 0
+
+
+DIVERGENCE = DivergenceSettings()
+
+
+def set_divergence_check(on: bool = True, *, first: int | None = None,
+                         every: int | None = None) -> None:
+    """Turn the cheap divergence check on or off, and set its schedule: every call among the
+    first `first` of a sequence is compared across ranks, then one call in `every`."""
+    for arg, value in (("first", first), ("every", every)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < (0 if arg == "first" else 1)):
+            raise ValueError(f"set_divergence_check: {arg} must be an int >= "
+                             f"{0 if arg == 'first' else 1}, got {value!r}")
+    DIVERGENCE.on = bool(on)
+    if first is not None:
+        DIVERGENCE.first = first
+    if every is not None:
+        DIVERGENCE.every = every
+
+
+def set_full_check(on: bool) -> None:
+    """Debug mode (`SBPFLOW_CHECK_GLOBAL=1`): compare every collective, not a sample."""
+    DIVERGENCE.full = bool(on)
+
+
+def divergence_check_enabled() -> bool:
+    return DIVERGENCE.on
+
+
+# Backward passes so far: a step marker that every rank of a data-parallel job advances
+# together, so a rank that skips one step's collectives differs from the others at its next
+# collective even when every step runs the same shapes. The user-level all_reduce and
+# broadcast (flow.comm, torch.distributed) pin it when issued; other collectives carry none.
+_steps = 0
+_main_ident = threading.main_thread().ident
+_pinned = threading.local()
+
+
+def note_backward() -> None:
+    """Called by the autograd engine at each backward pass."""
+    global _steps
+    _steps += 1
+
+
+def issue_step() -> int:
+    """The step count to pin on a collective issued now and run later (see `run_at_step`)."""
+    return _steps
+
+
+def run_at_step(step: int, fn, *args):
+    """Run fn(*args), whose collectives the divergence check compares together with `step`
+    (from `issue_step()` where the collective was issued)."""
+    _pinned.step = step
+    try:
+        return fn(*args)
+    finally:
+        _pinned.step = None
+
+
+def _current_step() -> int:
+    # Only a count pinned at issue time is compared (-1: none). The thread that runs a
+    # collective says nothing: the VM runs one inline on the issuing thread on one rank and
+    # on its comm stream's worker, after the next backward may have begun, on another.
+    step = getattr(_pinned, "step", None)
+    return -1 if step is None else step
+
+
+class DivergenceError(RuntimeError, ValueError):
+    """The ranks ran different collectives or global ops.
+
+    A RuntimeError (torch's type for mismatched collectives) and a ValueError (what this
+    package raises when ranks disagree on a collective's arguments). Raised on every rank at
+    the same call, before any data moves: a caller that catches it may go on.
+    """
+
+
+class SequenceCheck:
+    """The running fingerprint of one sequence of calls that every rank makes alike."""
+
+    __slots__ = ("what", "count", "hash", "history")
+
+    def __init__(self, what: str):
+        self.what = what
+        self.count = 0
+        self.hash = 0
+        self.history: collections.deque = collections.deque(maxlen=HISTORY)
+
+    def note(self, fingerprint: int, entry) -> bool:
+        """Fold one call in; True when this call is to be compared across ranks."""
+        self.count = count = self.count + 1
+        self.hash = hash((self.hash, fingerprint))
+        self.history.append((count, entry))
+        return DIVERGENCE.due(count)
+
+    def compare(self, allgather, describe, ranks, where: str) -> None:
+        """Compare (count, hash) across ranks; on a difference exchange the remembered calls
+        and raise DivergenceError naming the first call where the ranks differ.
+
+        `allgather(array)` stacks every rank's same-shaped array; `describe(entry)` is one
+        call's text; `ranks` names each member (world ranks).
+        """
+        table = allgather(np.array([self.count, self.hash], np.int64))
+        if (table == table[0]).all():
+            return
+        message = _DivergenceTexts(self, describe).report(allgather, ranks, where)
+        # Every rank saw the same table: restart the sequence from the same state everywhere,
+        # so a caller that catches the error is not failed again by this difference.
+        self.hash = hash(tuple(int(h) for h in table[:, 1]))
+        self.history.clear()
+        raise DivergenceError(message)
+
+
+class _DivergenceTexts:
+    ENTRY_BYTES = 400
+
+    def __init__(self, seq: SequenceCheck, describe):
+        self.seq, self.describe = seq, describe
+
+    def _mine(self) -> np.ndarray:
+        n = HISTORY
+        buf = np.zeros((n, 8 + self.ENTRY_BYTES), np.uint8)
+        for i, (count, entry) in enumerate(list(self.seq.history)[-n:]):
+            buf[i, :8] = np.frombuffer(np.int64(count).tobytes(), np.uint8)
+            raw = self.describe(entry).encode()[: self.ENTRY_BYTES]
+            buf[i, 8:8 + len(raw)] = np.frombuffer(raw, np.uint8)
+        return buf
+
+    def report(self, allgather, ranks, where: str) -> str:
+        everyone = allgather(self._mine())
+        calls = []  # per rank: {count: text}
+        for rows in everyone:
+            got = {}
+            for row in rows:
+                count = int(row[:8].view(np.int64)[0])
+                if count:
+                    got[count] = row[8:].tobytes().rstrip(b"\0").decode(errors="replace")
+            calls.append(got)
+        seq = self.seq
+        common = set.intersection(*(set(c) for c in calls)) if calls else set()
+        first = next((k for k in sorted(common)
+                      if len({c[k] for c in calls}) > 1), None)
+        head = (f"sbpflow divergence check: the ranks of {where} ran different "
+                f"{seq.what} (found when comparing call #{seq.count}).")
+        lines = [head]
+        if first is None:
+            lines.append(f"  The difference is older than the last {HISTORY} calls each rank "
+                         "keeps; what each rank ran last:")
+            first = max(common) if common else seq.count
+        else:
+            lines.append(f"  First difference, at call #{first}:")
+        for r, c in zip(ranks, calls):
+            lines.append(f"  rank {r}: {c.get(first, '(not remembered)')}")
+        lines.append(f"  Every rank must run the same {seq.what} in the same order. "
+                     f"({CHECK_ENV}=0 turns this sampled check off; {FULL_CHECK_ENV}=1 "
+                     "compares every call.)")
+        return "\n".join(lines)

@@ -18,8 +18,18 @@ from _thread import get_ident
 import ml_dtypes
 import numpy as np
 
+from . import communicator as _cc
 from . import watchdog as _watchdog
-from .communicator import Communicator, ReduceOp, _rows, balanced_sizes
+from .communicator import (
+    DIVERGENCE,
+    Communicator,
+    DivergenceError,
+    ReduceOp,
+    SequenceCheck,
+    _rows,
+    balanced_sizes,
+)
+from .faults import abort_job
 
 
 def _start_mpi_waits_for_every_rank():
@@ -54,6 +64,39 @@ _BOOL_OPS = {ReduceOp.SUM: MPI.LOR, ReduceOp.PROD: MPI.LAND, ReduceOp.MAX: MPI.L
 _F32 = np.dtype(np.float32)
 
 
+# The divergence check's descriptor of a collective: ints only (see communicator.SequenceCheck)
+# (op code, dtype code, reduce op or root, backward passes, whole shape (1) or rows (0), *dims)
+_OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+             "gather", "scatter", "barrier", "create_group", "node_count")
+_OP_CODES = {name: i for i, name in enumerate(_OP_NAMES)}
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+_REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+_ROP_NAMES = tuple(o.value for o in ReduceOp)
+_ROP_CODES = {o: i for i, o in enumerate(ReduceOp)}
+_DTYPE_NAMES = tuple(str(d) for d in _DTYPE_CODES)
+
+
+def _describe_call(entry) -> str:
+    """A collective's descriptor as text: 'all_reduce (float32 [4], op sum) after 3 backward
+    passes'."""
+    op, dt, arg, step, whole, *dims = entry
+    name = _OP_NAMES[op] if 0 <= op < len(_OP_NAMES) else f"<collective {op}>"
+    parts = []
+    if dt >= 0:
+        dtype = _DTYPE_NAMES[dt] if dt < len(_DTYPE_NAMES) else f"<dtype {dt}>"
+        parts.append(f"{dtype} {list(dims)}" if whole else f"{dtype} rows of {list(dims)}")
+    if name in _REDUCING and 0 <= arg & 0xFF < len(_ROP_NAMES):
+        parts.append(f"op {_ROP_NAMES[arg & 0xFF]}")
+        if name == "reduce":
+            parts.append(f"root {arg >> 8}")
+    elif name in _ROOTED:
+        parts.append(f"root {arg}")
+    text = name + (f" ({', '.join(parts)})" if parts else "")
+    if step >= 0:
+        text += f" after {step} backward pass{'es' if step != 1 else ''}"
+    return text
+
+
 def _datatype(op: str, dtype: np.dtype):
     try:
         return _DATATYPES[dtype]
@@ -80,10 +123,25 @@ def _displacements(counts) -> list[int]:
     return [int(x) for x in np.concatenate(([0], np.cumsum(counts[:-1])))] if counts else []
 
 
+def _end_job_from_worker(exc: BaseException) -> None:
+    # On the main thread the error is raised (uncaught, it ends the job); a collective run by
+    # a worker (the VM's comm stream) ends the job itself, since the main thread may not read
+    # the error before it blocks in another collective.
+    if get_ident() != _cc._main_ident:
+        abort_job(f"{type(exc).__name__}: {exc}")
+
+
 class MpiCommunicator(Communicator):
-    def __init__(self, comm, world_ranks, name, watchdog):
+    def __init__(self, comm, world_ranks, name, watchdog, global_check_comm=None):
         super().__init__(comm.Get_rank(), comm.Get_size(), tuple(world_ranks), name)
         self._comm = comm
+        # The divergence check talks on duplicates: its all-gathers never match a data
+        # collective, and the global-op check (main thread) never meets the collectives' check
+        # (whichever thread runs the collectives: the VM's comm stream).
+        self._check_comm = comm.Dup()
+        self._global_check_comm = global_check_comm
+        self._divergence = SequenceCheck("collectives")
+        self._global_seq = SequenceCheck("global ops")
         self._seq = 0  # collectives issued on this communicator, for the watchdog's report
         self._watchdog = watchdog
         self._pending = watchdog.pending
@@ -95,7 +153,7 @@ class MpiCommunicator(Communicator):
         # Private duplicates: our traffic never matches a user's own mpi4py messages, and the
         # watchdog talks on a communicator of its own.
         watchdog = _watchdog.Watchdog(MPI, world.Dup(), world.Get_rank(), world.Get_size())
-        return cls(world.Dup(), range(world.Get_size()), "world", watchdog)
+        return cls(world.Dup(), range(world.Get_size()), "world", watchdog, world.Dup())
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _enter(self, op: str, a) -> int:
@@ -105,6 +163,46 @@ class MpiCommunicator(Communicator):
             self, op, self._seq, a.shape if a is not None else (),
             a.dtype if a is not None else None, time.monotonic())
         return ident
+
+    # -- divergence check -----------------------------------------------------------------
+    def _check(self, op: str, a, arg: int = -1, whole: bool = True) -> None:
+        """Fold this collective into the running fingerprint; on a sampled call compare it
+        across ranks (before the data moves, so a mismatch never returns garbage)."""
+        if a is None:
+            entry = (_OP_CODES[op], -1, arg, _cc._current_step(), 1)
+        else:
+            entry = (_OP_CODES[op], _DTYPE_CODES.get(a.dtype, -1), arg, _cc._current_step(),
+                     1 if whole else 0, *(a.shape if whole else a.shape[1:]))
+        if self._divergence.note(hash(entry), entry):
+            self._compare(self._divergence, self._check_comm, _describe_call)
+
+    def _compare(self, seq: SequenceCheck, comm, describe) -> None:
+        def allgather(a):
+            a = np.ascontiguousarray(a)
+            out = np.empty((self.size,) + a.shape, a.dtype)
+            t = _DATATYPES[a.dtype]
+            comm.Allgather([a, t], [out, t])
+            return out
+
+        try:
+            seq.compare(allgather, describe, self.world_ranks, self.name)
+        except DivergenceError as exc:
+            _end_job_from_worker(exc)
+            raise
+
+    def check_global_ops(self, fingerprint: int, entry, describe) -> None:
+        """The framework's global-op sequence (world only, main thread): fold one op in and,
+        on a sampled call, compare across ranks."""
+        seq = self._global_seq
+        if not seq.note(fingerprint, entry):
+            return
+        ident = get_ident()
+        self._pending[ident] = _watchdog.Pending(
+            self, "the divergence check of global ops", seq.count, (), None, time.monotonic())
+        try:
+            self._compare(seq, self._global_check_comm, describe)
+        finally:
+            del self._pending[ident]
 
     def _create_group(self, ranks):
         ident = self._enter("create_group", None)
@@ -165,6 +263,8 @@ class MpiCommunicator(Communicator):
         mpi_op = _BOOL_OPS[rop] if dtype == np.bool_ else _OPS[rop]
         ident = self._enter("all_reduce", buf)
         try:
+            if DIVERGENCE.on:
+                self._check("all_reduce", buf, _ROP_CODES[rop])
             if dtype not in _HALF and target.flags.c_contiguous:
                 t = _datatype("all_reduce", dtype)
                 if target is buf:
@@ -185,6 +285,8 @@ class MpiCommunicator(Communicator):
         t = _datatype("all_gather", send.dtype)
         ident = self._enter("all_gather", send)
         try:
+            if DIVERGENCE.on:
+                self._check("all_gather", send, whole=False)
             if sizes is None:
                 sizes = self._exchange_rows("all_gather", send, None)
             else:
@@ -220,6 +322,8 @@ class MpiCommunicator(Communicator):
         recv = result if direct else np.empty(result.shape, work_dtype)
         ident = self._enter("reduce_scatter", send)
         try:
+            if DIVERGENCE.on:
+                self._check("reduce_scatter", send, _ROP_CODES[rop])
             if len(set(sizes)) == 1:
                 self._comm.Reduce_scatter_block([src, t], [recv, t], mpi_op)
             else:
@@ -238,6 +342,8 @@ class MpiCommunicator(Communicator):
         row_elems = math.prod(send.shape[1:])
         ident = self._enter("all_to_all", send)
         try:
+            if DIVERGENCE.on:
+                self._check("all_to_all", send, whole=False)
             if recv_sizes is None:
                 code = _DTYPE_CODES[send.dtype]
                 mine = np.array([[n, row_elems, code] for n in send_sizes], np.int64)
@@ -272,6 +378,8 @@ class MpiCommunicator(Communicator):
         t = _datatype("broadcast", buf.dtype)
         ident = self._enter("broadcast", buf)
         try:
+            if DIVERGENCE.on:
+                self._check("broadcast", buf, root)
             if buf.flags.c_contiguous:
                 self._comm.Bcast(_buf(buf, t), root)
             else:
@@ -293,6 +401,8 @@ class MpiCommunicator(Communicator):
         t = _datatype("reduce", work.dtype)
         ident = self._enter("reduce", buf)
         try:
+            if DIVERGENCE.on:
+                self._check("reduce", buf, _ROP_CODES[rop] | root << 8)
             if self.rank == root:
                 self._comm.Reduce(MPI.IN_PLACE, [work, t], mpi_op, root)
             else:
@@ -310,6 +420,8 @@ class MpiCommunicator(Communicator):
         row_elems = math.prod(send.shape[1:])
         ident = self._enter("gather", send)
         try:
+            if DIVERGENCE.on:
+                self._check("gather", send, root, whole=False)
             if sizes is None:
                 sizes = self._exchange_rows("gather", send, root)
             else:
@@ -342,6 +454,8 @@ class MpiCommunicator(Communicator):
                 )
         ident = self._enter("scatter", out)
         try:
+            if DIVERGENCE.on:
+                self._check("scatter", rows_out, root, whole=False)
             if sizes is None:
                 sizes = self._exchange_rows("scatter", rows_out, root)
             else:
@@ -400,6 +514,8 @@ class MpiCommunicator(Communicator):
     def barrier(self):
         ident = self._enter("barrier", None)
         try:
+            if DIVERGENCE.on:
+                self._check("barrier", None)
             self._comm.Barrier()
         finally:
             del self._pending[ident]

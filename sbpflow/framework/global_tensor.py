@@ -16,7 +16,9 @@ in the kernel context. Autograd records the node as for local ops; gradients are
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -107,6 +109,9 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
     if _CHECK:  # a collective too: numpy() on one rank against an op on another must fail
         _check_consistent("boxing", src.placement, (t._meta,), (src.sbp,),
                           {"to": f"{layout.fmt_sbp(sbp)} on ranks {placement.ranks}"})
+    elif _MULTI and _DIVERGENCE.on:
+        key = (t._meta, src.placement, src.sbp, placement, sbp)
+        _world().check_global_ops(_box_fingerprint(key), ("boxing",) + key, _describe_entry)
     plan = boxing.plan(t._meta, src.placement, src.sbp, placement, sbp)
     rank = _rank()
     out, out_blob = _new_output(t._meta, t._device, placement, sbp, rank)
@@ -134,9 +139,11 @@ _CHECK = os.environ.get("SBPFLOW_CHECK_GLOBAL", "") not in ("", "0")
 
 def set_consistency_check(on: bool) -> None:
     """Make every rank compare each global op (name, metas, SBPs, placement) before running
-    it: a rank whose program diverges fails with both sides named instead of deadlocking."""
+    it: a rank whose program diverges fails with both sides named instead of deadlocking.
+    Collectives are then compared on every call too (`sbpflow.comm.set_full_check`)."""
     global _CHECK
     _CHECK = bool(on)
+    comm.set_full_check(_CHECK)
 
 
 def consistency_check_enabled() -> bool:
@@ -151,6 +158,7 @@ class _CallPlan(NamedTuple):
     in_local: tuple  # this rank's input piece metas, after boxing
     out_gls: tuple  # GlobalInfo of each output
     pieces: tuple  # per output, the slices of the logical output this rank computes
+    fingerprint: int  # of the call's description, the same on every rank (divergence check)
 
 
 _PLANS: dict = {}
@@ -181,6 +189,7 @@ def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _Cal
         out_gls,
         tuple(layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas, out_sbps))
         if member else (),
+        _fingerprint(_describe(opdef.name, placement, in_metas, in_sbps, attrs)),
     )
     if key is not None and len(_PLANS) < 65536:
         _PLANS[key] = hit
@@ -251,6 +260,10 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
     if _CHECK:
         _check_consistent(opdef.name, placement, in_metas, in_sbps, attrs)
     plan = _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp)
+    if _MULTI and _DIVERGENCE.on and not _CHECK:
+        _world().check_global_ops(plan.fingerprint,
+                                  (opdef.name, placement, in_metas, in_sbps, attrs),
+                                  _describe_entry)
     boxed = tensors
     if in_sbps != plan.want:
         boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, plan.want)]
@@ -352,6 +365,47 @@ def _check_consistent(name, placement, in_metas, in_sbps, attrs) -> None:
                 f"op.\n  rank {world.rank} runs {text}\n  rank {r} runs "
                 f"{theirs.rstrip(bytes(1)).decode(errors='replace')}"
             )
+
+
+# The cheap check, on by default (`sbpflow.comm.set_divergence_check`): each global op and
+# boxing folds a fingerprint of its description into a running hash that the ranks compare on
+# the first calls and then on a sample (`sbpflow.comm.communicator.SequenceCheck`), on a
+# private communicator, without draining the comm stream. The fingerprint hashes the text
+# that the full check compares, computed once per cached call plan.
+_MULTI = comm.is_multi_process()
+_DIVERGENCE = comm.communicator.DIVERGENCE
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # reprs of objects differ between processes
+_BOX_FPS: dict = {}
+_WORLD = None
+
+
+def _world():
+    global _WORLD
+    if _WORLD is None:
+        _WORLD = comm.world()
+    return _WORLD
+
+
+def _fingerprint(text: str) -> int:
+    digest = hashlib.blake2b(_ADDRESS.sub("", text).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _box_fingerprint(key) -> int:
+    fp = _BOX_FPS.get(key)
+    if fp is None:
+        fp = _fingerprint(_describe_entry(("boxing",) + key))
+        if len(_BOX_FPS) < 65536:
+            _BOX_FPS[key] = fp
+    return fp
+
+
+def _describe_entry(entry) -> str:
+    if entry[0] == "boxing":
+        _, meta, src_placement, src_sbp, placement, sbp = entry
+        return _describe("boxing", src_placement, (meta,), (src_sbp,),
+                         {"to": f"{layout.fmt_sbp(sbp)} on ranks {placement.ranks}"})
+    return _describe(*entry)
 
 
 def _drain_comm_stream() -> None:

@@ -1,0 +1,89 @@
+"""Ranks that run different collectives or global ops, for tests/comm/test_divergence.py.
+
+Run on 2 ranks with the mode as argv[1]. Every mode but `long_ok` makes rank 1 diverge; the
+job must then end with a non-zero status and a message naming both ranks' calls:
+- dtype: rank 0 all-reduces float32, rank 1 int32 (the first collective);
+- skip_step: a data-parallel loop (backward, then one all_reduce per gradient) where rank 1
+  skips the all-reduces of step SKIP_STEP, after the first 64 collectives (so the sampled
+  check, not the initial one, must catch it);
+- global_ops: rank 0 runs matmul where rank 1 runs add, on broadcast global tensors;
+- shape: all_reduce of 4 elements on rank 0, 5 on rank 1 (the first collective); with
+  SHAPE_AFTER set, after that many matching all-reduces (a sampled call must be hit).
+Mode long_ok runs a correct job long enough for many sampled comparisons and prints "ok".
+"""
+
+import os
+import sys
+
+import numpy as np
+
+import sbpflow as flow
+import sbpflow.distributed  # noqa: F401  (flow.comm's tensor functions)
+
+mode = sys.argv[1]
+rank = flow.env.get_rank()
+STEPS, SKIP_STEP = 60, 30
+
+
+def say(text):
+    sys.stdout.write(f"rank {rank}: {text}\n")  # one write: the ranks share stdout
+    sys.stdout.flush()
+
+
+if mode == "dtype":
+    t = flow.ones(4, dtype=flow.float32 if rank == 0 else flow.int32)
+    flow.comm.all_reduce(t)
+    say(f"all_reduce gave {t.numpy().tolist()}")
+elif mode == "shape":
+    for _ in range(int(os.environ.get("SHAPE_AFTER", "0"))):
+        flow.comm.all_reduce(flow.ones(3))
+    t = flow.ones(4 + rank)
+    flow.comm.all_reduce(t)
+    say(f"all_reduce gave {t.numpy().tolist()}")
+elif mode == "skip_step":
+    flow.manual_seed(0)
+    model = flow.nn.Sequential(flow.nn.Linear(4, 3), flow.nn.Tanh(), flow.nn.Linear(3, 1))
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    x = flow.randn(8, 4) + rank
+    for step in range(STEPS):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        if not (rank == 1 and step == SKIP_STEP):
+            for p in model.parameters():  # 4 all-reduces a step
+                flow.comm.all_reduce(p.grad)
+                p.grad /= 2
+        opt.step()
+        say(f"step {step} done")
+elif mode == "global_ops":
+    placement = flow.placement("cpu", [0, 1])
+    a = flow.tensor([[1.0, 2.0], [3.0, 4.0]]).to_global(placement, flow.sbp.broadcast)
+    b = flow.tensor([[5.0, 6.0], [7.0, 8.0]]).to_global(placement, flow.sbp.broadcast)
+    c = flow.matmul(a, b) if rank == 0 else flow.add(a, b)
+    say(f"result {c.numpy().tolist()}")
+elif mode == "long_ok":
+    flow.manual_seed(0)
+    model = flow.nn.Linear(3, 2)
+    opt = flow.optim.SGD(model.parameters(), lr=0.05)
+    placement = flow.placement("cpu", [0, 1])
+    g = flow.arange(6.0).reshape(3, 2).to_global(placement, flow.sbp.broadcast)
+    for step in range(150):
+        opt.zero_grad()
+        model(flow.ones(5, 3) * (rank + 1)).sum().backward()
+        for p in model.parameters():
+            flow.comm.all_reduce(p.grad)
+        opt.step()
+        if step % 10 == 0:  # uneven all_gathers and another shape now and then
+            parts = [flow.empty(k + 1) for k in range(2)]
+            flow.comm.all_gather(parts, flow.full((rank + 1,), float(rank)))
+            assert parts[1].numpy().tolist() == [1.0, 1.0]
+        g = (g * 1.0 + 1.0).to_global(placement, flow.sbp.broadcast if step % 2 else
+                                      flow.sbp.split(0))
+    total = g.to_global(placement, flow.sbp.broadcast).numpy()
+    assert np.array_equal(total, np.arange(6.0).reshape(3, 2) + 150), total
+    # Both ranks all-reduced the same gradients: the weights agree everywhere.
+    w = model.weight.detach().clone()
+    flow.comm.broadcast(w, 0)
+    assert np.array_equal(w.numpy(), model.weight.detach().numpy())
+    say("ok")
+else:
+    raise SystemExit(f"unknown mode {mode!r}")

@@ -1,0 +1,155 @@
+"""The divergence check: ranks that run different collectives or global ops end the job fast,
+with a non-zero status and a message naming what each rank ran (never garbage with status
+0, never a hang until the watchdog). 2-rank jobs under mpiexec run
+scripts/divergence.py with the default settings (the sampled check; SBPFLOW_CHECK_GLOBAL=0),
+plus in-process tests of the sequence comparison itself.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+import sbpflow as flow
+from sbpflow.comm import communicator as cc
+
+from .conftest import mpiexec_cmd, run_job, script
+
+ENDS_WITHIN_S = 30  # a run takes a few seconds; generous for a loaded 2-core machine
+DEFAULTS = {"SBPFLOW_CHECK_GLOBAL": "0"}  # the test suite's default is the full check
+
+
+def _diverged(mode, env=None):
+    job = run_job(mpiexec_cmd(2, script("divergence.py"), mode), timeout=90,
+                  env={**DEFAULTS, **(env or {})})
+    assert job.returncode != 0, job.output
+    assert job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "sbpflow divergence check" in job.stderr, job.output
+    return job
+
+
+def test_dtype_mismatch_in_all_reduce_ends_the_job():
+    job = _diverged("dtype")
+    err = job.stderr
+    assert "the ranks of world ran different collectives" in err, job.output
+    assert "rank 0: all_reduce (float32 [4], op sum)" in err, job.output
+    assert "rank 1: all_reduce (int32 [4], op sum)" in err, job.output
+    assert "all_reduce gave" not in job.stdout  # nobody went on with the garbage
+
+
+@pytest.mark.parametrize("after", [0, 127])  # the first call; a sampled call later on
+def test_all_reduce_shape_mismatch_names_both_shapes(after):
+    job = _diverged("shape", {"SHAPE_AFTER": str(after)})
+    err = job.stderr
+    assert f"First difference, at call #{after + 1}:" in err, job.output
+    assert "rank 0: all_reduce (float32 [4], op sum)" in err, job.output
+    assert "rank 1: all_reduce (float32 [5], op sum)" in err, job.output
+    assert "truncated" not in job.output  # not MPICH's message naming one side
+
+
+def test_rank_skipping_one_steps_all_reduces_is_caught_within_a_sample():
+    # 4 all-reduces a step; rank 1 skips those of step 30 (calls 121-124 of rank 0), past the
+    # 64 calls that are all compared, and every step has the same shapes: only the step
+    # marker (backward passes) tells the ranks apart.
+    job = _diverged("skip_step")
+    err = job.stderr
+    found = re.search(r"found when comparing call #(\d+)", err)
+    first = re.search(r"First difference, at call #(\d+)", err)
+    assert found and first, job.output
+    assert int(first.group(1)) == 121, job.output
+    assert int(found.group(1)) - int(first.group(1)) < cc.DEFAULT_EVERY, job.output
+    assert "rank 0: all_reduce (float32 [3, 4], op sum) after 31 backward passes" in err
+    assert "rank 1: all_reduce (float32 [3, 4], op sum) after 32 backward passes" in err
+    assert "step 59 done" not in job.stdout, job.output  # caught mid-run, not at the end
+
+
+def test_ranks_running_different_global_ops_end_the_job():
+    job = _diverged("global_ops")
+    err = job.stderr
+    assert "the ranks of world ran different global ops" in err, job.output
+    assert "rank 0: matmul(float32[2, 2] (B,), float32[2, 2] (B,)) on ranks [0, 1]" in err
+    assert "rank 1: add(float32[2, 2] (B,), float32[2, 2] (B,)) on ranks [0, 1]" in err
+    assert "result" not in job.stdout, job.output
+
+
+@pytest.mark.parametrize("full", ["0", "1"])
+def test_check_stays_quiet_for_a_correct_long_job(full):
+    # Hundreds of sampled comparisons of collectives (even and uneven) and global ops.
+    job = run_job(mpiexec_cmd(2, script("divergence.py"), "long_ok"), timeout=120,
+                  env={"SBPFLOW_CHECK_GLOBAL": full})
+    assert job.returncode == 0, job.output
+    assert "rank 0: ok" in job.stdout and "rank 1: ok" in job.stdout, job.output
+    assert "divergence" not in job.stderr, job.output
+
+
+def test_the_check_can_be_turned_off():
+    job = run_job(mpiexec_cmd(2, script("divergence.py"), "global_ops"), timeout=90,
+                  env={**DEFAULTS, "SBPFLOW_CHECK_DIVERGENCE": "0"})
+    assert "divergence" not in job.stderr, job.output
+    assert job.stdout.count("result") == 2, job.output  # each rank its own (wrong) value
+
+
+# -- in process ----------------------------------------------------------------------------
+def _compare(seqs, describe=str):
+    """SequenceCheck.compare on simulated ranks, one sequence each; what each rank raised."""
+    # What every rank contributes to each all-gather, taken before any rank compares.
+    table = np.stack([np.array([s.count, s.hash], np.int64) for s in seqs])
+    history = np.stack([cc._DivergenceTexts(s, describe)._mine() for s in seqs])
+
+    def allgather(a):
+        return table if a.shape == (2,) else history
+
+    results = []
+    for seq in seqs:
+        try:
+            seq.compare(allgather, describe, list(range(len(seqs))), "test")
+            results.append(None)
+        except cc.DivergenceError as exc:
+            results.append(str(exc))
+    return results
+
+
+def test_sequence_compare_names_the_first_difference():
+    a, b = cc.SequenceCheck("collectives"), cc.SequenceCheck("collectives")
+    for i in range(10):
+        a.note(hash(("x", i)), f"op{i}")
+        b.note(hash(("x", i)) if i != 6 else hash("y"), f"op{i}" if i != 6 else "other")
+    errors = _compare([a, b])
+    assert errors[0] == errors[1] and errors[0] is not None
+    assert "First difference, at call #7:" in errors[0]
+    assert "rank 0: op6" in errors[0] and "rank 1: other" in errors[0]
+    # All ranks restart from one state: the next comparison passes.
+    for seq in (a, b):
+        seq.note(1, "next")
+    assert _compare([a, b]) == [None, None]
+
+
+def test_sequence_compare_is_quiet_when_ranks_agree():
+    seqs = [cc.SequenceCheck("global ops") for _ in range(3)]
+    for seq in seqs:
+        for i in range(300):
+            seq.note(i * 7, f"op{i}")
+    assert _compare(seqs) == [None, None, None]
+
+
+def test_schedule_and_setter():
+    saved = (cc.DIVERGENCE.on, cc.DIVERGENCE.first, cc.DIVERGENCE.every, cc.DIVERGENCE.full)
+    try:
+        flow.env.check_divergence(True, first=3, every=5)
+        assert flow.env.divergence_checked()
+        cc.DIVERGENCE.full = False
+        due = [n for n in range(1, 21) if cc.DIVERGENCE.due(n)]
+        assert due == [1, 2, 3, 5, 10, 15, 20]
+        flow.env.check_divergence(False)
+        assert not flow.env.divergence_checked()
+        with pytest.raises(ValueError, match="every must be an int >= 1, got 0"):
+            flow.env.check_divergence(True, every=0)
+        # The full (debug) check compares every collective too.
+        flow.env.check_global_consistency(True)
+        assert cc.DIVERGENCE.full and all(cc.DIVERGENCE.due(n) for n in range(1, 200))
+        flow.env.check_global_consistency(False)
+        assert not cc.DIVERGENCE.full
+    finally:
+        cc.DIVERGENCE.on, cc.DIVERGENCE.first, cc.DIVERGENCE.every, cc.DIVERGENCE.full = saved
+        flow.env.check_global_consistency(saved[3])
