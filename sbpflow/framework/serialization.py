@@ -353,7 +353,11 @@ def _save_to_path(path: str, write) -> None:
     except FileNotFoundError:
         st = None
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise _TargetIsDirectory(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        raise _NoParentDirectory(errno.ENOENT, f"Parent directory {parent} does not exist.",
+                                 path)
     if st is not None and not stat.S_ISREG(st.st_mode):
         with open(path, "wb") as fh:
             write(fh)
@@ -366,10 +370,19 @@ def _save_to_path(path: str, write) -> None:
     _atomic_write(target, write, path)
 
 
+# save() errors for a target it cannot write: the OSError subclass Python's open(path, "wb")
+# raises, naming the path, and also a RuntimeError, which is what torch.save raises there (its
+# zip writer's "open file failed with strerror: ...", or "Parent directory ... does not exist.").
 class _WriteRefused(PermissionError, RuntimeError):
-    """save() may not write the target.  A PermissionError naming the path, as Python's
-    `open(path, "wb")` raises; also a RuntimeError, which is what torch.save raises there
-    (its zip writer's "open file failed with strerror: Permission denied")."""
+    """The target (or its directory) may not be written."""
+
+
+class _TargetIsDirectory(IsADirectoryError, RuntimeError):
+    """The target is a directory."""
+
+
+class _NoParentDirectory(FileNotFoundError, RuntimeError):
+    """The target's directory does not exist."""
 
 
 # Temporary files are named `.<target name>.sbpflow-tmp.<pid>.<pid start time>.<host>.<random>`,

@@ -161,6 +161,20 @@ def test_saving_over_a_read_only_file_is_refused_like_torch(tmp_path):
     assert os.listdir(ro_dir) == []
 
 
+def test_directory_or_missing_parent_targets_fail_like_torch(tmp_path):
+    sd = {"w": flow.ones(2)}
+    missing = tmp_path / "absent" / "x.safetensors"
+    for target, cls in ((tmp_path, IsADirectoryError), (missing, FileNotFoundError)):
+        with pytest.raises(RuntimeError) as want:
+            torch.save({"w": torch.ones(2)}, target)
+        with pytest.raises(cls) as got:  # Python's error for open(target, "wb") ...
+            flow.save(sd, target)
+        assert isinstance(got.value, RuntimeError), want.value  # ... and torch's type
+        assert str(target) in str(got.value) and ".sbpflow-tmp" not in str(got.value)
+    assert "Parent directory" in str(want.value)
+    assert os.listdir(tmp_path) == []
+
+
 # -- symlinks ----------------------------------------------------------------------------------
 def test_saving_through_a_symlink_keeps_the_link_and_updates_its_target(tmp_path):
     (tmp_path / "real").mkdir()
