@@ -17,15 +17,28 @@ With `--hostfile` (one machine per line, hydra's format `host[:slots]`; slots ar
 N ranks run on each machine, ranks 0..N-1 on the first line's machine, and so on. mpiexec
 reaches the other machines by ssh, so each needs password-less ssh from this one and the same
 environment at the same path. The launcher itself stays on this machine.
+
+The job never outlives the launcher: SIGINT, SIGTERM and SIGHUP to the launcher are passed
+to mpiexec, which ends every rank; mpiexec is started with a parent-death signal (SIGTERM,
+`prctl(PR_SET_PDEATHSIG)`), so a SIGKILLed launcher (the OOM killer, `timeout -s KILL`)
+ends the job the same way. When ranks fail, the summary names the first failure as the
+cause, and the ranks
+ended after it as stopped because of it. hydra's own report cannot tell them apart (it kills
+the others by the same SIGKILL, and may name one of them), so the launcher watches this
+machine's ranks and takes the one whose process ended first.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from pathlib import Path
 
 DEFAULT_MASTER_PORT = "29500"  # torchrun's default
@@ -131,8 +144,11 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
 _MARK = b"[mpiexec@"
 
 
-def _relay(fd: int, out) -> str | None:
-    """Copy mpiexec's stdout to ours as it comes; return its "Exit codes:" line, held back."""
+def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
+    """Copy mpiexec's stdout to ours as it comes; return its "Exit codes:" line, held back.
+
+    Lines that look like hydra's failure report are also kept in `hydra_lines`.
+    """
     exit_line, hold = None, b""
     while True:
         chunk = os.read(fd, 1 << 16)
@@ -144,6 +160,9 @@ def _relay(fd: int, out) -> str | None:
                 exit_line = line.decode(errors="replace")
             else:
                 out.write(line + b"\n")
+                if hydra_lines is not None and (line.startswith(b"=") or b"MPI_Abort" in line):
+                    hydra_lines += line[-512:] + b"\n"
+                    del hydra_lines[:-8192]
         # A partial line goes out at once (progress bars, prompts), unless it may be ours.
         if hold and not (hold.startswith(_MARK) or _MARK.startswith(hold)):
             out.write(hold)
@@ -163,18 +182,140 @@ def rank_statuses(exit_line: str) -> list[int]:
     return statuses
 
 
-def describe_failures(statuses: list[int]) -> list[str]:
-    lines = []
+def _how(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        return f"was killed by signal {sig} ({name})"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def first_failure(statuses: list[int], culprit: int | None = None) -> int | None:
+    """The rank whose failure ended the job.
+
+    `culprit`, when known, is the rank seen to end first (or the MPI_Abort caller hydra
+    names). Otherwise the first rank with a non-zero exit status (bystanders are killed by a
+    signal, never exit by themselves), else the first rank that failed at all.
+    """
+    failed = [r for r, s in enumerate(statuses) if s != 0]
+    if culprit is not None and 0 <= culprit < len(statuses):
+        return culprit
+    exited = [r for r in failed if os.WIFEXITED(statuses[r])]
+    return (exited or failed or [None])[0]
+
+
+def describe_failures(statuses: list[int], culprit: int | None = None) -> list[str]:
+    """One line for the first failure, one for the ranks stopped because of it."""
+    cause = first_failure(statuses, culprit)
+    if cause is None:
+        return []
+    if statuses[cause] == 0:  # named by hydra, but reported as a clean exit (MPI_Abort)
+        lines = [f"rank {cause} failed first (it ended the job)"]
+    else:
+        lines = [f"rank {cause} {_how(statuses[cause])} (the first failure)"]
+    stopped: dict[str, list[int]] = {}
     for rank, status in enumerate(statuses):
-        if status == 0:
-            continue
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-            lines.append(f"rank {rank} was killed by signal {sig} ({name})")
-        elif os.WIFEXITED(status):
-            lines.append(f"rank {rank} exited with status {os.WEXITSTATUS(status)}")
+        if status != 0 and rank != cause:
+            stopped.setdefault(_how(status), []).append(rank)
+    for how, ranks in stopped.items():
+        names = ", ".join(map(str, ranks))
+        lines.append(f"rank{'s' if len(ranks) > 1 else ''} {names} "
+                     f"{'were' if len(ranks) > 1 else 'was'} stopped because of it ({how[4:]})")
     return lines
+
+
+_ABORT_RANK = re.compile(rb"MPI_Abort\(\S+, -?\d+\) - process (\d+)")
+_LAUNCH_ID = "SBPFLOW_LAUNCH_ID"  # marks the job's processes, to map a PID to its rank
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: SIGTERM when the launcher dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _RankWatch:
+    """Watches this machine's ranks, to tell which one ended first.
+
+    hydra's own report names a bystander as often as the rank that failed, and kills the
+    others with the same SIGKILL, so their statuses alone cannot tell. This thread finds the
+    ranks in /proc (by a marker in their environment), holds a pidfd for each, and records
+    which rank's process ended first. It looks for ranks every `POLL_S` for at most
+    `LOOK_S` seconds, and stops at the first end or when told to.
+    """
+
+    POLL_S = 0.2
+    LOOK_S = 60.0
+
+    def __init__(self, launch_id: str, world_size: int):
+        self.first_ended: list[int] = []  # ranks seen ended in the same instant, first of all
+        self._pids: dict[int, int] = {}
+        self._marker = f"{_LAUNCH_ID}={launch_id}".encode()
+        self._world_size = world_size
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rank-watch", daemon=True)
+        self._thread.start()
+
+    def _scan(self) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) in self._pids:
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+            except OSError:
+                continue
+            if self._marker not in environ:
+                continue
+            for var in environ:
+                if var.startswith(b"PMI_RANK="):
+                    self._pids[int(entry.name)] = int(var[9:])
+
+    def _run(self) -> None:
+        import select
+
+        poller, fds = select.poll(), {}
+        deadline = time.monotonic() + self.LOOK_S
+        try:
+            while not self._stop.is_set():
+                if len(self._pids) < self._world_size and time.monotonic() < deadline:
+                    self._scan()
+                for pid, rank in self._pids.items():
+                    if rank in fds.values():
+                        continue
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except OSError:  # already gone, or no pidfds: this rank is not watched
+                        fds[-1 - rank] = rank
+                        continue
+                    fds[fd] = rank
+                    poller.register(fd, select.POLLIN)
+                ended = [fds[fd] for fd, _ in poller.poll(self.POLL_S * 1000)]
+                if ended:
+                    self.first_ended = sorted(ended)
+                    return
+        finally:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _culprit(output: bytes, watch: _RankWatch, statuses: list[int]) -> int | None:
+    """The rank that failed first, when it can be told; None otherwise."""
+    failed_first = [r for r in watch.first_ended if r < len(statuses) and statuses[r] != 0]
+    if len(failed_first) == 1:
+        return failed_first[0]
+    m = _ABORT_RANK.search(output)
+    if m:
+        return int(m.group(1))
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,21 +325,36 @@ def main(argv: list[str] | None = None) -> None:
         print(" ".join(cmd))
         return
     sys.stdout.flush()
+    launch_id = uuid.uuid4().hex
+    world_size = sum(1 for arg in cmd if arg == "RANK")
     # mpiexec's stdout is relayed (to read which rank failed from its exit-code line);
     # stdin and stderr are shared as they are.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            env={**os.environ, _LAUNCH_ID: launch_id},
+                            preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
 
     def forward(signum, frame):
-        proc.send_signal(signum)  # mpiexec forwards it to every rank and cleans up
+        try:
+            proc.send_signal(signum)  # mpiexec forwards it to every rank and cleans up
+        except OSError:
+            pass
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGHUP, forward)
-    # Ctrl-C reaches mpiexec directly (same process group); the launcher just waits for it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    exit_line = _relay(proc.stdout.fileno(), sys.stdout.buffer)
-    code = proc.wait()
+    # Every signal that ends a job ends it through mpiexec. A Ctrl-C at a terminal reaches
+    # mpiexec directly too (same process group); hydra takes a repeated SIGINT as one.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    watch = _RankWatch(launch_id, world_size)
+    tail = bytearray()
+    try:
+        exit_line = _relay(proc.stdout.fileno(), sys.stdout.buffer, tail)
+        code = proc.wait()
+    finally:
+        watch.stop()
+        if proc.poll() is None:  # the launcher itself failed: never leave the job behind
+            proc.terminate()
     if code != 0:
-        failures = describe_failures(rank_statuses(exit_line)) if exit_line else []
+        statuses = rank_statuses(exit_line) if exit_line else []
+        failures = describe_failures(statuses, _culprit(bytes(tail), watch, statuses))
         sys.stderr.write(
             f"sbpflow.distributed.launch: the job failed (mpiexec exit status {code})"
             + (": " + "; ".join(failures) if failures else "") + "\n"

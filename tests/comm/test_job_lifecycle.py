@@ -1,0 +1,165 @@
+"""Every way a job ends, ends it: a rank's SystemExit, signals to the launcher, and the
+launcher's summary of which rank failed first.
+
+Each job runs with a timeout and its processes are found by a marker in their environment
+(tests/mpijob.py), so a test that fails still leaves no process behind.
+"""
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from sbpflow.distributed.launch import describe_failures, first_failure
+from tests.mpijob import _MARKER, _kill_marked, _marked
+
+from .conftest import REPO, job_env, launcher_cmd, mpiexec_cmd, run_job, script
+
+ENDS_WITHIN_S = 20  # generous for a loaded 2-core CI machine; a run takes a few seconds
+GONE_WITHIN_S = 10  # after a signal to the launcher, no process of the job may remain
+
+
+def _w(exit_code=0, sig=0):
+    """A wait status as hydra reports it."""
+    return sig if sig else exit_code << 8
+
+
+# -- a rank's script ends by SystemExit -------------------------------------------------------
+@pytest.mark.parametrize("how", ["raise", "exit", "quit"])
+@pytest.mark.parametrize("runner", ["launcher", "mpi4py"])
+def test_system_exit_on_one_rank_ends_the_job_with_its_status(runner, how):
+    program = (script("end_script.py"), how, "3")
+    if runner == "launcher":
+        cmd = launcher_cmd(2, *program)
+    else:
+        cmd = mpiexec_cmd(2, "-m", "mpi4py", *program)
+    job = run_job(cmd, timeout=60, env={"SBPFLOW_COLLECTIVE_TIMEOUT": "120"})
+    assert job.returncode == 3, job.output
+    assert job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    word = "SystemExit" if how == "raise" else how
+    assert f"rank 1: {word}(3) (rank 1 of 2); ending the job" in job.stderr, job.output
+    assert "finished" not in job.stdout
+
+
+def test_builtin_exit_under_plain_mpiexec_ends_the_job():
+    job = run_job(mpiexec_cmd(2, script("end_script.py"), "exit", "3"), timeout=60,
+                  env={"SBPFLOW_COLLECTIVE_TIMEOUT": "120"})
+    assert job.returncode == 3 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "rank 1: exit(3) (rank 1 of 2); ending the job" in job.stderr, job.output
+
+
+@pytest.mark.parametrize("how", ["raise_all", "exit_all"])
+def test_system_exit_zero_on_every_rank_is_a_clean_end(how):
+    job = run_job(launcher_cmd(2, script("end_script.py"), how, "0"), timeout=60)
+    assert job.returncode == 0, job.output
+    assert job.strays == 0
+    assert "ending the job" not in job.stderr, job.output
+
+
+@pytest.mark.parametrize("runner", ["launcher", "plain"])
+def test_a_caught_sys_exit_does_not_end_the_job(runner):
+    program = (script("end_script.py"), "caught", "3")
+    cmd = launcher_cmd(2, *program) if runner == "launcher" else mpiexec_cmd(2, *program)
+    job = run_job(cmd, timeout=60, env={"SBPFLOW_COLLECTIVE_TIMEOUT": "120"})
+    assert job.returncode == 0, job.output
+    assert "ending the job" not in job.stderr, job.output
+    assert job.stdout.count("finished") == 2, job.output
+
+
+# -- signals to the launcher ------------------------------------------------------------------
+def _start_job(tag, *program, n=2):
+    env = job_env({_MARKER: tag})
+    return subprocess.Popen(launcher_cmd(n, *program), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                            env=env, text=True)
+
+
+def _wait_ready(proc, n, timeout):
+    """Read the launcher's output until every rank said "ready" (bounded by `timeout`)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    seen, lines, deadline = set(), [], time.monotonic() + timeout
+    while len(seen) < n and time.monotonic() < deadline:
+        if not sel.select(timeout=0.5):
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.endswith(": ready\n"):
+            seen.add(line)
+    sel.close()
+    assert len(seen) == n, "".join(lines)
+
+
+def _gone_within(tag, seconds):
+    """The job's processes still alive after `seconds` (polled), as "pid cmdline" lines."""
+    deadline = time.monotonic() + seconds
+    while _marked(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = []
+    for pid in _marked(tag):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            left.append(f"{pid} {cmdline}")
+        except OSError:
+            pass
+    return left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
+def test_signal_to_the_launcher_ends_every_process_of_the_job(sig):
+    tag = uuid.uuid4().hex
+    proc = _start_job(tag, script("end_script.py"), "loop")
+    try:
+        _wait_ready(proc, 2, timeout=60)
+        assert len(_marked(tag)) >= 4  # launcher, mpiexec, hydra's proxy, the ranks
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=GONE_WITHIN_S)
+        left = _gone_within(tag, GONE_WITHIN_S)
+        assert not left, f"left running after {sig.name} to the launcher:\n" + "\n".join(left)
+        if sig != signal.SIGKILL:
+            assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        _kill_marked(tag, grace=0)
+
+
+# -- which rank failed first ------------------------------------------------------------------
+def test_summary_names_the_first_failure_and_the_stopped_ranks():
+    statuses = [_w(sig=9), _w(sig=9), _w(sig=9), _w(sig=9)]
+    lines = describe_failures(statuses, culprit=2)
+    assert lines == ["rank 2 was killed by signal 9 (SIGKILL) (the first failure)",
+                     "ranks 0, 1, 3 were stopped because of it (killed by signal 9 (SIGKILL))"]
+    # Without hydra naming it, the rank that exited by itself is the cause, not the killed.
+    statuses = [_w(sig=9), _w(sig=9), _w(exit_code=5), _w()]
+    assert first_failure(statuses) == 2
+    assert describe_failures(statuses) == [
+        "rank 2 exited with status 5 (the first failure)",
+        "ranks 0, 1 were stopped because of it (killed by signal 9 (SIGKILL))"]
+    assert describe_failures([_w(), _w(sig=9)]) == [
+        "rank 1 was killed by signal 9 (SIGKILL) (the first failure)"]
+    assert describe_failures([0, 0]) == []
+
+
+def test_kill_summary_on_four_ranks_names_the_victim_as_the_cause():
+    job = run_job(launcher_cmd(4, script("end_script.py"), "sigkill", "2"), timeout=90)
+    assert job.returncode != 0 and job.seconds < 2 * ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    summary = next(x for x in job.stderr.splitlines()
+                   if x.startswith("sbpflow.distributed.launch: the job failed"))
+    assert "rank 2 was killed by signal 9 (SIGKILL) (the first failure)" in summary, summary
+    for r in (0, 1, 3):  # bystanders are never named as killed like the victim
+        assert f"rank {r} was killed" not in summary, summary
+
