@@ -115,7 +115,8 @@ def _gone_within(tag, seconds):
     return left
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM,
+                                 signal.SIGHUP])
 def test_signal_to_the_launcher_ends_every_process_of_the_job(sig):
     tag = uuid.uuid4().hex
     proc = _start_job(tag, script("end_script.py"), "loop")
