@@ -16,7 +16,8 @@ the file when its line is evicted or at a snapshot (write-back). The cache holds
 `cache_budget_mb` of lines and evicts least-recently-used lines.
 
 Every batch operation is vectorised: the index is a numba loop over the batch, the cache
-and the file are addressed with NumPy fancy indexing; nothing runs in Python per key.
+and the file are addressed with NumPy fancy indexing; nothing runs in Python per key. A batch
+with more distinct keys than the cache has lines is served in cache-sized pieces.
 
 Snapshots (`save_snapshot(name)`) go to `rank-N/snapshots/<name>`: one file with a header,
 the keys in slot order, the rows, and a CRC32 of all of it. It is written to a temporary
@@ -165,11 +166,7 @@ class EmbeddingStore:
 
     def _take_lines(self, n: int, busy: np.ndarray) -> np.ndarray:
         """n free cache lines, evicting the least recently used ones not in `busy`."""
-        if n > self.cache_lines:
-            raise RuntimeError(
-                f"one_embedding: a batch touches {n} distinct keys on this rank but "
-                f"cache_budget_mb holds only {self.cache_lines} rows of {4 * self.storage_dim}"
-                " bytes; raise cache_budget_mb or lower the batch size")
+        assert n <= self.cache_lines, "batches are cut to the cache's size (_chunks)"
         used = self._lines_used
         free = min(n, self.cache_lines - used)
         self._grow_cache(used + free)
@@ -237,26 +234,38 @@ class EmbeddingStore:
         return rows
 
     # -- the public batch operations ------------------------------------------------------
+    def _chunks(self, n: int):
+        """A batch bigger than the cache is served in cache-sized pieces."""
+        for start in range(0, n, self.cache_lines):
+            yield slice(start, min(n, start + self.cache_lines))
+
     def lookup(self, keys: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
         """Embeddings (n, embedding_dim) of distinct `keys`, new keys initialised."""
-        lines = self.lines(keys, table_ids)
-        return self._cache[lines, : self.embedding_dim].copy()
+        out = np.empty((len(keys), self.embedding_dim), np.float32)
+        for c in self._chunks(len(keys)):
+            lines = self.lines(keys[c], table_ids[c])  # first: it may grow the cache
+            out[c] = self._cache[lines, : self.embedding_dim]
+        return out
 
     def read_rows(self, keys: np.ndarray) -> np.ndarray:
         """Full stored rows (embedding and optimizer state) of existing distinct keys."""
-        return self._cache[self.lines(keys, None)].copy()
+        out = np.empty((len(keys), self.storage_dim), np.float32)
+        for c in self._chunks(len(keys)):
+            lines = self.lines(keys[c], None)
+            out[c] = self._cache[lines]
+        return out
 
     def apply_update(self, keys: np.ndarray, grads: np.ndarray, rule) -> None:
         """Count one optimizer step, and apply `rule(rows, grads, step)` in place to the
         rows of distinct existing `keys` (rows: (n, storage_dim), written back as dirty)."""
         self.step += 1
-        if len(keys) == 0:
-            return
-        lines = self.lines(keys, None)
-        rows = self._cache[lines]
-        rule(rows, grads.astype(np.float32, copy=False), self.step)
-        self._cache[lines] = rows
-        self._line_dirty[lines] = True
+        grads = grads.astype(np.float32, copy=False)
+        for c in self._chunks(len(keys)):
+            lines = self.lines(keys[c], None)
+            rows = self._cache[lines]
+            rule(rows, grads[c], self.step)
+            self._cache[lines] = rows
+            self._line_dirty[lines] = True
 
     def flush(self) -> None:
         """Write every dirty cached row back to the file (they stay cached, clean)."""
