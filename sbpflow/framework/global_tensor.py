@@ -66,6 +66,7 @@ class GlobalDevice(NamedTuple):
 
 
 _builder = interpreter._builder
+_box_hook = None  # set by sbpflow.profiler while it records
 
 
 # -- making global tensors ---------------------------------------------------------------
@@ -127,6 +128,8 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
         if in_dst:
             out_blob.array = res
 
+    if _box_hook is not None:  # sbpflow.profiler is recording: name the steps and bytes
+        run = _box_hook(run, plan, rank)
     _builder.collective("boxing", run, ins=(in_blob,), outs=(out_blob,) if in_dst else (),
                         reads=(t._storage,), writes=(out._storage,) if in_dst else (),
                         numel=t._meta.numel)

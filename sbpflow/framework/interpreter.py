@@ -50,12 +50,15 @@ def _check_tensors(opdef, tensors):
             )
 
 
-def apply(opdef, inputs, attrs, device=None, generator=None):
+def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     """Run one op eagerly on local tensors.  Returns a Tensor or a tuple of them.
 
     This is the hot path of eager mode: meta inference on the Python thread, one instruction
     to the VM, an autograd node when needed.  Keep it lean.
     """
+    if _op_hook is not None and not _profiled:
+        # sbpflow.profiler is recording: it times this call, re-entering with _profiled=True
+        return _op_hook(opdef, inputs, attrs, device, generator)
     if _apply_lazy is not None and get_ident() == _lazy_thread:
         # inside nn.Graph.build() on the tracing thread: record into the Job instead
         return _apply_lazy(opdef, inputs, attrs, device, generator)
@@ -458,6 +461,7 @@ def _no_global(opdef, tensors, attrs, device, generator):
 
 _apply_global = _no_global
 _apply_lazy = None
+_op_hook = None  # set by sbpflow.profiler while it records (one `if` when not)
 _assign_lazy = None
 _lazy_thread = None  # the thread tracing build(); eager ops of other threads stay eager
 

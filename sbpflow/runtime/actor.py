@@ -19,6 +19,9 @@ import threading
 
 from .bus import ACK, EORD, REGST, START
 
+# Set by sbpflow.profiler while it records: runs and times one act of an actor.
+_tracer = None
+
 
 class RuntimeKernelError(RuntimeError):
     """Base of errors raised by a kernel inside a compute chain; the concrete class also
@@ -152,7 +155,10 @@ class Actor:
             outs = [q.popleft() for q in outs_q]
             inst = ins[0].inst
             try:
-                self.act(inst, ins, outs)
+                if _tracer is None:
+                    self.act(inst, ins, outs)
+                else:  # sbpflow.profiler is recording
+                    _tracer(self, inst, ins, outs)
             except BaseException as e:  # noqa: BLE001 - the caller gets it through the sink
                 if inst.error is None:
                     inst.error = self.wrap(e)
@@ -179,7 +185,10 @@ class Actor:
             slot = oq.popleft()
             inst = src.inst
             try:
-                self.act(inst, (src,), (slot,))
+                if _tracer is None:
+                    self.act(inst, (src,), (slot,))
+                else:  # sbpflow.profiler is recording
+                    _tracer(self, inst, (src,), (slot,))
             except BaseException as e:  # noqa: BLE001 - the caller gets it through the sink
                 if inst.error is None:
                     inst.error = self.wrap(e)

@@ -217,7 +217,10 @@ class VirtualMachine:
             for s, q in instr.deps:
                 s.wait(q)
         try:
-            instr.run()
+            if _tracer is None:
+                instr.run()
+            else:
+                _tracer(instr)  # sbpflow.profiler is recording: instr.run(), timed
         except _Poisoned as p:
             for b in instr.outputs():
                 b.error = p.cause
@@ -325,6 +328,8 @@ class VirtualMachine:
             self._issue(instr, stream, (), storages)
 
 
+# Set by sbpflow.profiler while it records: runs and times one instruction.
+_tracer = None
 _vm: VirtualMachine | None = None
 
 
