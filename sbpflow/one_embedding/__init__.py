@@ -56,6 +56,7 @@ from ..optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
+from ._hash import sum_rows_into
 from .store import EmbeddingStore, SnapshotError
 
 __all__ = [
@@ -345,13 +346,10 @@ register_optimizer_step_post_hook(_after_step)
 
 # -- the lookup -----------------------------------------------------------------------------
 def _sum_rows(inverse: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """out[i] = sum of rows[j] with inverse[j] == i (in j order), vectorised."""
-    order = np.argsort(inverse, kind="stable")
-    sorted_inv = inverse[order]
-    starts = np.flatnonzero(np.r_[True, sorted_inv[1:] != sorted_inv[:-1]])
+    """out[i] = sum of rows[j] with inverse[j] == i (in j order): one numba pass."""
     out = np.zeros((n, rows.shape[1]), np.float32)
-    if len(rows):
-        out[sorted_inv[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+    sum_rows_into(out, np.ascontiguousarray(inverse, np.int64),
+                  np.ascontiguousarray(rows, np.float32))
     return out
 
 
@@ -556,11 +554,14 @@ class Embedding(Module):
     def _apply_pending(self, optimizer, group) -> None:
         if not self._pending:
             return
-        keys = np.concatenate([k for k, _ in self._pending])
-        grads = np.concatenate([g for _, g in self._pending])
+        if len(self._pending) == 1 and self.world_size == 1:
+            uniq, grads = self._pending[0]  # one backward on one rank: ids already distinct
+        else:
+            keys = np.concatenate([k for k, _ in self._pending])
+            uniq, inverse = np.unique(keys, return_inverse=True)
+            grads = _sum_rows(inverse.reshape(-1),
+                              np.concatenate([g for _, g in self._pending]), len(uniq))
         self._pending.clear()
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        grads = _sum_rows(inverse.reshape(-1), grads, len(uniq))
         rule = _rule_for(optimizer, group, self.embedding_dim, self.store.storage_dim,
                          self.name)
         self.store.apply_update(uniq, grads, rule)

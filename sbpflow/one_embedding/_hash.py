@@ -129,6 +129,15 @@ if numba is not None:
         return next_slot
 
 
+    @_jit
+    def sum_rows_into(out, inverse, rows):
+        """out[inverse[j]] += rows[j], in j order (duplicate ids' gradients, summed)."""
+        for j in range(inverse.shape[0]):
+            i = inverse[j]
+            for c in range(rows.shape[1]):
+                out[i, c] += rows[j, c]
+
+
 class KeyIndex:
     """key (int64 >= 0) -> slot (int64), open addressing, load factor kept at most 1/2."""
 
