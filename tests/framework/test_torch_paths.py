@@ -35,6 +35,8 @@ PATHS = [
     "nn.init", "nn.functional", "nn.utils", "nn.utils.rnn", "nn.utils.clip_grad",
     "nn.utils.convert_parameters", "optim", "optim.optimizer", "optim.lr_scheduler",
     "optim.sgd", "optim.adam", "optim.adagrad", "optim.adadelta", "optim.rmsprop",
+    "optim.adamw", "optim.adamax", "optim.nadam", "optim.radam", "optim.asgd", "optim.lbfgs",
+    "optim.rprop",
     "utils", "utils.data", "utils.data.dataloader", "utils.data.dataset",
     "utils.data.sampler", "utils.data.distributed", "autograd", "autograd.function",
     "autograd.grad_mode", "serialization", "distributed", "cuda", "cuda.amp", "amp",
