@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import json
 import math
@@ -66,6 +67,7 @@ import numpy as np
 
 from .. import comm
 from .._core import dtype as dt
+from ..device import Device
 from .tensor import Tensor
 
 _META_KEY = "sbpflow"
@@ -518,11 +520,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     and gets the tensors as global tensors broadcast over all ranks, ready for
     `load_state_dict` of a global module (copying into a parameter boxes to its SBP).
     """
-    if isinstance(map_location, dict):  # {"cuda:0": "cpu"}: fine when everything maps to cpu
-        if all(str(v) == "cpu" for v in map_location.values()):
-            map_location = "cpu"
-    if map_location not in (None, "cpu") and str(map_location) != "cpu":
-        raise NotImplementedError(f"load(): map_location={map_location!r}: only 'cpu' for now")
+    relocate = _relocation(map_location)
     if weights_only is None:  # torch's rule: a pickle_module given means a full unpickle
         weights_only = pickle_module is None
     if weights_only and pickle_module is not None:
@@ -540,6 +538,8 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
         else:
             with _open_regular(name) as fh:
                 header, arrays = _read_container(fh, os.fstat(fh.fileno()).st_size)
+        if relocate is not None:
+            make_tensor = functools.partial(_relocated, make_tensor, relocate)
         metadata = header.get("__metadata__") or {}
         if _META_KEY not in metadata:
             order = [k for k in header if k != "__metadata__"]
@@ -562,6 +562,38 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
         return _Decoder(arrays, make_tensor).decode(root, 0)
     except _Corrupt as e:
         raise ValueError(f"load(): {name!s} is not a valid sbpflow/safetensors file: {e}") from None
+
+
+_NO_CUDA = ("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() "
+            "is False. If you are running on a CPU-only machine, please use torch.load with "
+            "map_location=torch.device('cpu') to map your storages to the CPU.")
+
+
+def _relocation(map_location):
+    """torch's map_location: None/'cpu'/a CPU device (or a dict mapping every location to
+    the CPU) keeps tensors where they load; a callable(tensor, 'cpu') may return another
+    tensor for each; a CUDA target raises torch's CPU-build error."""
+    if map_location is None:
+        return None
+    if callable(map_location) and not isinstance(map_location, (str, Device)):
+        return map_location
+    targets = map_location.values() if isinstance(map_location, dict) else (map_location,)
+    for target in targets:
+        kind = str(target).partition(":")[0]
+        if kind == "cpu":
+            continue
+        if kind == "cuda":
+            raise RuntimeError(_NO_CUDA)
+        raise NotImplementedError(f"load(): map_location={map_location!r}: sbpflow loads "
+                                  "tensors on the CPU only")
+    return None
+
+
+def _relocated(make_tensor, relocate, *args):
+    out = relocate(make_tensor(*args), "cpu")
+    if not isinstance(out, Tensor):
+        raise TypeError(f"load(): map_location must return a tensor, got {type(out).__name__}")
+    return out
 
 
 def _open_regular(path: str):

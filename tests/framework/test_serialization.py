@@ -294,3 +294,18 @@ def test_overwrite_keeps_permissions(tmp_path):
     serialization.save({"x": 2}, path)
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert serialization.load(path) == {"x": 2}
+
+
+def test_map_location_as_torch_on_a_cpu_machine(tmp_path):
+    path = tmp_path / "sd.pt"
+    flow.save({"w": flow.ones(2, 3)}, path)
+    for where in ("cpu", flow.device("cpu"), {"cuda:0": "cpu"}, None):
+        assert flow.load(path, map_location=where)["w"].shape == (2, 3)
+    # the common `lambda storage, loc: storage` idiom; and a callable that changes the tensor
+    assert flow.load(path, map_location=lambda storage, loc: storage)["w"].sum().item() == 6
+    doubled = flow.load(path, map_location=lambda t, loc: t * 2)["w"]
+    assert doubled.sum().item() == 12
+    for where in ("cuda", "cuda:0", flow.device("cuda"), {"cpu": "cuda:1"}):
+        with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA "
+                                               "device but torch.cuda.is_available"):
+            flow.load(path, map_location=where)

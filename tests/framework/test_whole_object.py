@@ -295,8 +295,10 @@ def test_map_location_to_cpu_forms():
     for where in ("cpu", flow.device("cpu"), {"cuda:0": "cpu"}, None):
         np.testing.assert_array_equal(flow.load(io.BytesIO(data), map_location=where)["w"]
                                       .numpy(), [1.0, 1.0])
+    with pytest.raises(RuntimeError, match="CUDA device but torch.cuda.is_available"):
+        flow.load(io.BytesIO(data), map_location={"cpu": "cuda:0"})  # torch's CPU build
     with pytest.raises(NotImplementedError, match="map_location"):
-        flow.load(io.BytesIO(data), map_location={"cpu": "cuda:0"})
+        flow.load(io.BytesIO(data), map_location="mps")
 
 
 def test_whole_object_with_global_parameters_on_two_ranks(tmp_path):
