@@ -36,6 +36,10 @@ class Generator:
 
     def __init__(self, device="cpu"):
         self._device = Device(device)
+        if self._device.type == "cuda":  # torch's CPU build, word for word (first sentence)
+            raise RuntimeError("Cannot get CUDA generator without ATen_cuda library. PyTorch "
+                               "splits its backend into two shared libraries: a CPU library "
+                               "and a CUDA library; the CUDA library is not available here.")
         self._seed = _DEFAULT_SEED
         self._offset = 0
         self._lock = threading.Lock()

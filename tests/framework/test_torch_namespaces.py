@@ -503,3 +503,11 @@ def test_tensor_type_errors_match_torch():
         flow.FloatTensor(flow.tensor([1, 2]))
     t = flow.tensor([1.0, 2.0])
     assert flow.FloatTensor(t) is t
+
+
+def test_a_cuda_generator_raises_as_on_torchs_cpu_build():
+    with pytest.raises(RuntimeError) as ref:
+        torch.Generator(device="cuda")
+    with pytest.raises(RuntimeError, match="Cannot get CUDA generator without ATen_cuda") as got:
+        flow.Generator(device="cuda")
+    assert str(ref.value).startswith(str(got.value).split(";")[0])
