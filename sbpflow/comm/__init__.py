@@ -21,7 +21,7 @@ Collectives here take NumPy arrays (see `Communicator`). The tensor-level user A
 
 from __future__ import annotations
 
-from . import env, faults
+from . import env, faults, heartbeat
 from .communicator import (
     Communicator,
     DivergenceError,
@@ -128,6 +128,7 @@ def _clean_exit() -> None:
             faults._excepthook(type(exc), exc, exc.__traceback__)
     if _world is not None:
         _world.exit_barrier()
+    heartbeat.stop()
 
 
 def _start_multi_process() -> None:
@@ -135,6 +136,7 @@ def _start_multi_process() -> None:
     # Handlers first, so that a failure while MPI starts also ends the job.
     faults.install(env.launched_rank(), env.launched_world_size(), _clean_exit)
     world()
+    heartbeat.start()  # a rank cut off from the others ends the job in seconds
 
 
 if env.is_multi_process():
