@@ -1863,3 +1863,66 @@ register(OpDef(
         Sample(_ints(rng, -3, 3, 4), grad=False),
     ],
 ))
+
+
+# -- signbit, gcd -----------------------------------------------------------------------------
+register(OpDef(
+    "signbit",
+    inputs=("input",),
+    infer_meta=lambda x: TensorMeta(x.shape, dt.bool_),
+    # NumPy's signbit is False for bools and unsigned integers, True for -0.0, as torch.
+    kernel=lambda ctx, x: ctx.prims.unary("signbit", x),
+    sbp=lambda x: elementwise_signatures([x.shape], x.shape),  # a sign test: no P rule
+    reference="signbit",
+    samples=lambda rng: [
+        Sample(np.array([-0.0, 0.0, -1.5, 2.0, np.inf, -np.inf])),
+        Sample(_rand(rng, 2, 3, dtype=np.float32)),
+        Sample(_ints(rng, -3, 3, 4, 3)),
+        Sample(_ints(rng, 0, 9, 4, dtype=np.uint8)),
+        Sample(rng.random(4) > 0.5),
+    ],
+))
+
+
+def _gcd_meta(a, b):
+    m = binary_meta("gcd", a, b)
+    if m.dtype.category != 1:  # floats and bool
+        raise _not_implemented("gcd", m.dtype)
+    return m
+
+
+def _gcd_kernel(ctx, a, b):
+    """Euclid's algorithm on whole arrays, run for as many steps as the worst case of the
+    dtype needs (consecutive Fibonacci numbers: about 1.44 steps per bit), so the step count
+    never depends on the values; slots that are done (b == 0) stay as they are."""
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    a = prims.unary("abs", cast_array(ctx, a, ctx.in_metas[0].dtype, d))
+    b = prims.unary("abs", cast_array(ctx, b, ctx.in_metas[1].dtype, d))
+    shape = ctx.out_metas[0].shape
+    a, b = prims.broadcast_to(a, shape), prims.broadcast_to(b, shape)
+    zero, one = _scalar_array(ctx, 0, d), _scalar_array(ctx, 1, d)
+    for _ in range(int(1.45 * 8 * d.itemsize) + 2):
+        live = prims.binary("ne", b, zero)
+        r = prims.binary("remainder", a, prims.where(live, b, one))
+        a = prims.where(live, b, a)
+        b = prims.where(live, r, zero)
+    return prims.contiguous(a)
+
+
+register(OpDef(
+    "gcd",
+    inputs=("input", "other"),
+    infer_meta=_gcd_meta,
+    kernel=_gcd_kernel,
+    sbp=lambda a, b: elementwise_signatures([a.shape, b.shape], _gcd_meta(a, b).shape),
+    reference="gcd",
+    samples=lambda rng: [
+        Sample(_ints(rng, -60, 60, 3, 4), _ints(rng, -60, 60, 3, 4), grad=False),
+        Sample(np.array([0, 0, 7, -12, 832040]), np.array([0, 5, 0, 18, 514229]), grad=False),
+        Sample(_ints(rng, 0, 100, 4, 1, dtype=np.int32), _ints(rng, 0, 100, 3, dtype=np.int8),
+               grad=False),
+        Sample(_ints(rng, 0, 255, 5, dtype=np.uint8), _ints(rng, 0, 255, 5, dtype=np.uint8),
+               grad=False),
+    ],
+))

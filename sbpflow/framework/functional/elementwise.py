@@ -268,6 +268,358 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     return call("nan_to_num", input, nan=nan, posinf=posinf, neginf=neginf)
 
 
+# -- closeness, special values, number theory, special functions -------------------------------
+_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+         "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+         "bool": "Bool"}
+
+
+def _tname(t) -> str:
+    return _TYPE[t.dtype.name]
+
+
+def _require_tensor(name, arg, x):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}(): argument '{arg}' must be Tensor, not {type(x).__name__}")
+
+
+def _require_floating(name, x, message=None):
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(message or f"\"{name}_cpu\" not implemented for "
+                                  f"'{_tname(x)}'")
+
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|input - other| <= atol + rtol * |other|, elementwise; equal values (infinities
+    included) are close, NaN only with equal_nan."""
+    _require_tensor("isclose", "input", input)
+    _require_tensor("isclose", "other", other)
+    if input.dtype is not other.dtype:
+        raise RuntimeError(f"{_tname(input)} did not match {_tname(other)}")
+    if rtol < 0:
+        raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
+    if atol < 0:
+        raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
+    close = eq(input, other)
+    if equal_nan and input.dtype.is_floating_point:
+        close = logical_or(close, logical_and(isnan(input), isnan(other)))
+    if (rtol == 0 and atol == 0) or input.dtype.name == "bool":
+        return close
+    a, b = input, other
+    if not a.dtype.is_floating_point:  # torch measures integer differences in floats
+        from ..._core import dtype as dt
+
+        a, b = a.to(dt.get_default_dtype()), b.to(dt.get_default_dtype())
+    diff = abs(sub(a, b))
+    allowed = add(abs(mul(b, rtol)), atol)
+    return logical_or(close, logical_and(isfinite(diff), le(diff, allowed)))
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return builtins_bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+
+
+def equal(input, other) -> bool:
+    """True when both have the same shape and elements (NaN is never equal)."""
+    _require_tensor("equal", "input", input)
+    _require_tensor("equal", "other", other)
+    if tuple(input.shape) != tuple(other.shape):
+        return False
+    return builtins_bool(eq(input, other).all().item())
+
+
+builtins_bool = bool
+
+
+def isposinf(input):
+    _require_tensor("isposinf", "input", input)
+    return call("eq_scalar", input, other=float("inf"))
+
+
+def isneginf(input):
+    _require_tensor("isneginf", "input", input)
+    return call("eq_scalar", input, other=float("-inf"))
+
+
+def isreal(input):
+    """Every real tensor's elements are real (sbpflow has no complex dtypes)."""
+    _require_tensor("isreal", "input", input)
+    from .creation import ones_like
+
+    return ones_like(input, dtype=_bool_dtype())
+
+
+def _bool_dtype():
+    from ..._core import dtype as dt
+
+    return dt.bool_
+
+
+signbit = _unary("signbit")
+
+
+def copysign(input, other):
+    """|input| with the sign (bit) of other, in a floating result type."""
+    _require_tensor("copysign", "input", input)
+    if isinstance(other, Tensor):
+        negative = call("signbit", other)
+    elif _is_number(other):
+        import math
+
+        negative = math.copysign(1.0, other) < 0
+    else:
+        raise _type_error("copysign", "other", other)
+    magnitude = abs(input)
+    d = _result_dtype(input, other)
+    magnitude = magnitude.to(d if d.is_floating_point else _default_float())
+    if isinstance(negative, bool):
+        return neg(magnitude) if negative else magnitude
+    return where(negative, neg(magnitude), magnitude)
+
+
+def _result_dtype(*operands):
+    """torch's result type of tensors and numbers."""
+    from ...ops._util import promote
+
+    return promote([t._meta for t in operands if isinstance(t, Tensor)],
+                   [x for x in operands if not isinstance(x, Tensor)])
+
+
+def _default_float():
+    from ..._core import dtype as dt
+
+    return dt.get_default_dtype()
+
+
+def _float_pair(name, input, other, arg="other"):
+    _require_tensor(name, "input", input)
+    _require_tensor(name, arg, other)
+    d = _result_dtype(input, other)
+    if not d.is_floating_point:
+        raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{_TYPE[d.name]}'")
+
+
+def hypot(input, other):
+    _float_pair("hypot", input, other)
+    return sqrt(add(mul(input, input), mul(other, other)))
+
+
+def logaddexp(input, other):
+    """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)); equal infinities give themselves."""
+    _float_pair("logaddexp", input, other)
+    m = maximum(input, other)
+    r = add(m, log1p(exp(neg(abs(sub(input, other))))))
+    same_inf = logical_and(isinf(input), eq(input, other))
+    return where(same_inf, input.to(r.dtype), r)
+
+
+def logaddexp2(input, other):
+    """log2(2**a + 2**b) = max + log2(1 + 2**-|a - b|)."""
+    import math
+
+    _float_pair("logaddexp2", input, other)
+    m = maximum(input, other)
+    r = add(m, mul(log1p(pow(2.0, neg(abs(sub(input, other))))), 1.0 / math.log(2.0)))
+    same_inf = logical_and(isinf(input), eq(input, other))
+    return where(same_inf, input.to(r.dtype), r)
+
+
+def heaviside(input, values):
+    """0 where input < 0, values where input == 0, 1 where input > 0 (no gradient, as in
+    torch, which has no derivative for it)."""
+    _require_tensor("heaviside", "input", input)
+    _require_tensor("heaviside", "values", values)
+    if input.dtype is not values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different "
+                           "dtypes.")
+    x, v = input.detach(), values.detach()
+    return where(eq(x, 0), v, gt(x, 0).to(x.dtype))
+
+
+def xlogy(input, other):
+    """input * log(other), 0 where input == 0 (unless other is NaN)."""
+    import math
+
+    if not isinstance(input, Tensor) and not isinstance(other, Tensor):
+        raise TypeError("xlogy(): expected a Tensor for input or other")
+    if not isinstance(input, Tensor):
+        if not _is_number(input):
+            raise _type_error("xlogy", "self", input)
+        input = _wrap(input, other)
+    if not isinstance(other, Tensor):
+        if not _is_number(other):
+            raise _type_error("xlogy", "other", other)
+        other = _wrap(other, input)
+    zero = eq(input, 0)
+    safe = where(zero, 1, other)
+    r = mul(input, log(safe))
+    if not r.dtype.is_floating_point:
+        r = r.to(_default_float())
+    r = where(zero, 0.0, r)
+    return where(isnan(other), math.nan, r)
+
+
+def _wrap(number, like):
+    from ._base import as_tensor_arg
+
+    return as_tensor_arg("xlogy", "other", number, like)
+
+
+def sinc(input):
+    """sin(pi x) / (pi x), 1 at 0 (with a zero gradient there, as torch)."""
+    import math
+
+    _require_tensor("sinc", "input", input)
+    zero = eq(input, 0)
+    x = mul(where(zero, 1, input), math.pi)
+    return where(zero, 1.0, div(sin(x), x))
+
+
+def deg2rad(input):
+    import math
+
+    _require_tensor("deg2rad", "input", input)
+    return mul(input, math.pi / 180.0)
+
+
+def rad2deg(input):
+    import math
+
+    _require_tensor("rad2deg", "input", input)
+    return mul(input, 180.0 / math.pi)
+
+
+class _Frexp(tuple):
+    """torch.return_types.frexp: (mantissa, exponent) with named fields."""
+
+    __slots__ = ()
+
+    def __new__(cls, mantissa, exponent):
+        return tuple.__new__(cls, (mantissa, exponent))
+
+    @property
+    def mantissa(self):
+        return self[0]
+
+    @property
+    def exponent(self):
+        return self[1]
+
+    def __repr__(self):
+        return (f"sbpflow.return_types.frexp(\nmantissa={self[0]!r},\n"
+                f"exponent={self[1]!r})")
+
+
+def frexp(input):
+    """(mantissa, exponent) with input = mantissa * 2**exponent, 0.5 <= |mantissa| < 1;
+    zero, inf and NaN keep themselves with exponent 0."""
+    _require_tensor("frexp", "input", input)
+    if not input.dtype.is_floating_point:
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    x = input.detach()
+    a = abs(x)
+    normal = logical_and(isfinite(x), ne(x, 0))
+    e = add(floor(log2(where(normal, a, 1.0))), 1.0)
+    m = _times_pow2(x, neg(e))
+    # log2 may round across a power of two: bring the mantissa into [0.5, 1).
+    big = ge(abs(m), 1.0)
+    m, e = where(big, mul(m, 0.5), m), where(big, add(e, 1.0), e)
+    small = lt(abs(m), 0.5)
+    m, e = where(small, mul(m, 2.0), m), where(small, sub(e, 1.0), e)
+    m = where(normal, m, x)
+    from ..._core import dtype as dt
+
+    e = where(normal, e, 0.0).to(dt.int32)
+    return _Frexp(m, e)
+
+
+def _times_pow2(x, k):
+    """x * 2**k for an integral-valued float tensor k, in two halves so that neither power
+    overflows or underflows on the way (2**1074 does not exist, 2**537 does)."""
+    h = floor(mul(k, 0.5))
+    return mul(mul(x, pow(2.0, h)), pow(2.0, sub(k, h)))
+
+
+def ldexp(input, other):
+    """input * 2**other."""
+    _require_tensor("ldexp", "input", input)
+    _require_tensor("ldexp", "other", other)
+    return mul(input, pow(2.0, other))
+
+
+def nextafter(input, other):
+    """The next representable value after input toward other (no gradient, as torch)."""
+    import numpy as np
+
+    from ..._core import dtype as dt
+
+    _require_tensor("nextafter", "input", input)
+    _require_tensor("nextafter", "other", other)
+    x, y = input.detach(), other.detach()
+    d = _result_dtype(x, y)
+    if not d.is_floating_point:
+        raise NotImplementedError(f"\"nextafter_cpu\" not implemented for '{_TYPE[d.name]}'")
+    x, y = x.to(d), y.to(d)
+    bits = {8: dt.int64, 4: dt.int32, 2: dt.int16}[d.itemsize]
+    from ..._core.errors import broadcast_shapes
+
+    shape = broadcast_shapes("nextafter", tuple(x.shape), tuple(y.shape))
+    x = x.expand(*shape).contiguous() if tuple(x.shape) != shape else x.contiguous()
+    y = y.expand(*shape) if tuple(y.shape) != shape else y
+    # Away from zero the bit pattern steps by one: up in magnitude when moving outward.
+    outward = eq(gt(y, x), gt(x, 0))
+    stepped = add(x.view(bits), where(outward, 1, -1).to(bits)).view(d)
+    tiny = float(np.nextafter(np.zeros((), d.np), np.ones((), d.np)))
+    from .creation import full_like
+
+    tiny = full_like(x, tiny)
+    r = where(eq(x, 0), where(gt(y, 0), tiny, neg(tiny)), stepped)
+    r = where(eq(x, y), y, r)
+    return where(logical_or(isnan(x), isnan(y)), float("nan"), r)
+
+
+def gcd(input, other):
+    _require_tensor("gcd", "input", input)
+    _require_tensor("gcd", "other", other)
+    return call("gcd", input, other)
+
+
+def lcm(input, other):
+    """|input / gcd * other| (integer division), 0 where the gcd is 0."""
+    g = gcd(input, other)
+    zero = eq(g, 0)
+    r = abs(mul(floor_divide(input.to(g.dtype), where(zero, 1, g)), other.to(g.dtype)))
+    return where(zero, 0, r)
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each element of `elements` occurs in `test_elements` (either may be a
+    number).  Compares every pair: O(len(elements) * len(test_elements)) memory."""
+    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
+        raise TypeError("isin() received an invalid combination of arguments - got "
+                        f"({type(elements).__name__}, {type(test_elements).__name__}), but "
+                        "expected at least one Tensor")
+    if not isinstance(elements, Tensor):
+        if not _is_number(elements):
+            raise _type_error("isin", "element", elements)
+        test = test_elements.reshape(-1)
+        found = any_(call("eq_scalar", test, other=elements))
+    elif not isinstance(test_elements, Tensor):
+        if not _is_number(test_elements):
+            raise _type_error("isin", "test_element", test_elements)
+        found = call("eq_scalar", elements, other=test_elements)
+    else:
+        test = test_elements.reshape(-1)
+        found = any_(eq(elements.unsqueeze(-1), test), -1)
+    return logical_not(found) if invert else found
+
+
+def any_(t, dim=None):
+    from .reduce import any as reduce_any
+
+    return reduce_any(t, dim)
+
+
 # -- operators ------------------------------------------------------------------------------
 def _operator(name: str):
     scalar_name = name + "_scalar"
@@ -340,6 +692,17 @@ _OUT_OF_PLACE_ONLY = {
     "isfinite": isfinite, "positive": positive, "where": _where_method,
 }
 
+_FUNCTIONS.update({
+    "copysign": copysign, "hypot": hypot, "heaviside": heaviside, "xlogy": xlogy,
+    "sinc": sinc, "deg2rad": deg2rad, "rad2deg": rad2deg, "ldexp": ldexp,
+    "nextafter": nextafter, "gcd": gcd, "lcm": lcm,
+})
+_OUT_OF_PLACE_ONLY.update({
+    "isclose": isclose, "allclose": allclose, "equal": equal, "isposinf": isposinf,
+    "isneginf": isneginf, "isreal": isreal, "signbit": signbit, "logaddexp": logaddexp,
+    "logaddexp2": logaddexp2, "frexp": frexp,
+})
+
 METHODS = {**_FUNCTIONS, **_OUT_OF_PLACE_ONLY}
 METHODS.update({k + "_": inplace_method(k + "_", fn) for k, fn in _FUNCTIONS.items()})
 for _dunder, _name in _OPERATORS.items():
@@ -362,4 +725,22 @@ __all__ = [
     "negative", "not_equal", "positive", "pow", "reciprocal", "remainder", "round", "rsqrt",
     "rsub", "sigmoid", "sign", "sin", "sinh", "sqrt", "square", "sub", "subtract", "tan",
     "tanh", "true_divide", "trunc", "where",
+]
+
+# torch's top-level in-place forms (torch.abs_(x) is x.abs_()).
+_TOP_LEVEL_INPLACE = (
+    "abs", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh",
+    "asin", "asinh", "atan", "atanh", "ceil", "clamp", "clamp_max", "clamp_min", "clip", "cos",
+    "cosh", "deg2rad", "erf", "exp", "expm1", "fix", "floor", "frac", "gcd", "lcm", "ldexp",
+    "log", "log10", "log1p", "log2", "nan_to_num", "neg", "negative", "rad2deg", "reciprocal",
+    "round", "rsqrt", "sigmoid", "sin", "sinc", "sinh", "sqrt", "square", "tan", "tanh",
+    "trunc", "xlogy",
+)
+for _name in _TOP_LEVEL_INPLACE:
+    globals()[_name + "_"] = METHODS[_name + "_"]
+__all__ += [n + "_" for n in _TOP_LEVEL_INPLACE]
+__all__ += [
+    "allclose", "copysign", "deg2rad", "equal", "isin", "frexp", "gcd", "heaviside", "hypot",
+    "isclose", "isneginf", "isposinf", "isreal", "lcm", "ldexp", "logaddexp", "logaddexp2",
+    "nextafter", "rad2deg", "signbit", "sinc", "xlogy",
 ]

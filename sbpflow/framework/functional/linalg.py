@@ -16,7 +16,7 @@ import numpy as np
 
 from ...ops.linalg import LinAlgError
 from ..tensor import Tensor
-from ._base import call
+from ._base import call, inplace_method
 
 
 def matmul(input, other):
@@ -145,6 +145,68 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
 
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     return _scaled_sum("addmv", input, mv(mat, vec), beta, alpha)
+
+
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """beta * input + alpha * (the sum over the batch of batch1[i] @ batch2[i])."""
+    return _scaled_sum("addbmm", input, bmm(batch1, batch2).sum(0), beta, alpha)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    """beta * input + alpha * outer(vec1, vec2)."""
+    for name, v in (("vec1", vec1), ("vec2", vec2)):
+        if v.ndim != 1:
+            raise RuntimeError(f"addr: Expected 1-D argument {name}, but got {v.ndim}-D")
+    return _scaled_sum("addr", input, outer(vec1, vec2), beta, alpha)
+
+
+def inner(input, other, *, out=None):
+    """The sum over the last axes of both (a product where one is 0-d)."""
+    _no_out("inner", out)
+    if input.ndim == 0 or other.ndim == 0:
+        return input * other
+    if input.shape[-1] != other.shape[-1]:
+        raise RuntimeError("inner() the last dimension must match on both input tensors but "
+                           f"got shapes {list(input.shape)} and {list(other.shape)}")
+    return tensordot(input, other, ([-1], [-1]))
+
+
+def vdot(input, other, *, out=None):
+    """The dot product of two 1-D tensors (no conjugation: sbpflow has no complex dtypes)."""
+    _no_out("vdot", out)
+    if input.ndim != 1 or other.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {other.ndim}D "
+                           "tensors")
+    if input.dtype is not other.dtype:
+        from .reduce import _tname
+
+        raise RuntimeError("dot : expected both vectors to have same dtype, but found "
+                           f"{_tname(input)} and {_tname(other)}")
+    return dot(input, other)
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """The p-norm distance between each row of x1 and each row of x2, batched over leading
+    axes: (..., P, M) and (..., R, M) give (..., P, R)."""
+    from .reduce import _tname, vector_norm
+
+    for name, x in (("X1", x1), ("X2", x2)):
+        if not x.dtype.is_floating_point:
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: "
+                               f"{_tname(x)}")
+        if x.ndim < 2:
+            raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: "
+                               f"{x.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError("X1 and X2 must have the same number of columns. X1: "
+                           f"{x1.shape[-1]} X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    if compute_mode not in (None, "use_mm_for_euclid_dist_if_necessary",
+                            "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)  # (..., P, R, M)
+    return vector_norm(diff, p, -1)
 
 
 # -- torch.linalg ---------------------------------------------------------------------------
@@ -949,9 +1011,12 @@ METHODS = {
     "__rmatmul__": lambda self, other: matmul(other, self),
     "mm": mm, "bmm": bmm, "mv": mv, "dot": dot, "outer": outer, "ger": ger,
     "addmm": addmm, "baddbmm": baddbmm, "addmv": addmv,
+    "addbmm": addbmm, "addr": addr, "inner": inner, "vdot": vdot,
+    "addbmm_": inplace_method("addbmm_", addbmm), "addr_": inplace_method("addr_", addr),
 }
 
 __all__ = ["addmm", "addmv", "baddbmm", "bmm", "chain_matmul", "cholesky", "cholesky_inverse",
            "cholesky_solve", "cross", "det", "dot", "einsum", "ger", "inverse", "kron", "logdet",
            "lu", "lu_solve", "lu_unpack", "matmul", "matrix_exp", "matrix_power", "mm", "mv",
            "outer", "pinverse", "qr", "slogdet", "svd", "tensordot", "triangular_solve"]
+__all__ += ["addbmm", "addr", "cdist", "inner", "vdot"]

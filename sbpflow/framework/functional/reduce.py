@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import math
 
+from ...ops.registry import op as _op
 from ._base import call, inplace_method, is_tensor
 
 
@@ -235,3 +236,604 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
 
 METHODS.update({"sort": sort, "argsort": argsort, "topk": topk})
 __all__ += ["argsort", "sort", "topk"]
+
+
+# -- more reductions, scans, counting and statistics ------------------------------------------
+# Compositions of registered ops: gradients, SBP and devices come from those ops.  Functions
+# whose output size depends on the values (bincount, unique) read them on the host, as
+# nonzero does.
+_aminmax_result = type("aminmax", (tuple,), {
+    "__slots__": (), "__module__": "sbpflow.return_types",
+    "__new__": lambda cls, lo, hi: tuple.__new__(cls, (lo, hi)),
+    "min": property(lambda self: self[0]), "max": property(lambda self: self[1]),
+    "__repr__": lambda self: f"sbpflow.return_types.aminmax(\nmin={self[0]!r},\n"
+                             f"max={self[1]!r})",
+})
+_kthvalue_result = _return_type("kthvalue")
+_mode_result = _return_type("mode")
+_nanmedian_result = _return_type("nanmedian")
+_cummax_result = _return_type("cummax")
+_cummin_result = _return_type("cummin")
+
+_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+         "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+         "bool": "Bool"}
+
+
+def _tname(t) -> str:
+    return _TYPE[t.dtype.name]
+
+
+def _dim(name, dim, ndim) -> int:
+    from ..._core.errors import normalize_dim
+
+    return normalize_dim(name, dim, builtins.max(ndim, 1))
+
+
+def _no_grad():
+    from ...autograd import no_grad
+
+    return no_grad()
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    d = () if dim is None else dim
+    return _aminmax_result(amin(input, d, keepdim), amax(input, d, keepdim))
+
+
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    """The sum with NaN counted as zero."""
+    x = input
+    if x.dtype.is_floating_point:
+        x = x.masked_fill(x.isnan(), 0)
+    return sum(x, dim, keepdim, dtype=dtype)
+
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    """The mean of the non-NaN elements."""
+    if not input.dtype.is_floating_point:
+        raise RuntimeError("nanmean(): expected input to have floating point or complex dtype "
+                           f"but got {_tname(input)}")
+    count = sum(input.isnan().logical_not(), dim, keepdim)
+    total = nansum(input, dim, keepdim, dtype=dtype)
+    return total / count.to(total.dtype)
+
+
+def _sorted_nan_last(input, d):
+    return sort(input, d, stable=True)  # NaN sorts last, in input order
+
+
+def nanmedian(input, dim=None, keepdim=False):
+    """The lower median of the non-NaN elements (NaN where a slice is all NaN)."""
+    if dim is None:
+        if keepdim:
+            raise TypeError("nanmedian(): keepdim needs an explicit dim")
+        flat = input.reshape(-1)
+        if flat.numel() == 0:
+            return median(input)
+        return nanmedian(flat, 0)[0].reshape(())
+    if input.ndim == 0:
+        _dim("nanmedian", dim, 0)
+        values, indices = call("median_dim", input, dim=dim, keepdim=keepdim)
+        return _nanmedian_result(values, indices)
+    d = _dim("nanmedian", dim, input.ndim)
+    if input.shape[d] == 0:
+        raise IndexError(f"nanmedian(): Expected reduction dim {d} to have non-zero size.")
+    values, indices = _sorted_nan_last(input, d)
+    if input.dtype.is_floating_point:
+        count = sum(input.isnan().logical_not(), d, keepdim=True)
+        pos = ((count - 1) // 2).clamp(min=0)
+    else:
+        pos = _op("full", shape=(), fill_value=(input.shape[d] - 1) // 2, dtype=_long(),
+                   _device=input._where()).expand(
+            *[1 if i == d else n for i, n in enumerate(input.shape)])
+    v, i = values.gather(d, pos), indices.gather(d, pos)
+    if not keepdim:
+        v, i = v.squeeze(d), i.squeeze(d)
+    return _nanmedian_result(v, i)
+
+
+def _long():
+    from ..._core import dtype as dt
+
+    return dt.int64
+
+
+def kthvalue(input, k, dim=-1, keepdim=False):
+    """The k-th smallest element along dim and its index."""
+    d = _dim("kthvalue", dim, input.ndim)
+    n = input.shape[d] if input.ndim else 1
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    if input.ndim == 0:
+        return _kthvalue_result(input.clone(), _op("full", shape=(), fill_value=0,
+                                                     dtype=_long(), _device=input._where()))
+    values, indices = sort(input, d, stable=True)
+    v, i = values.narrow(d, k - 1, 1), indices.narrow(d, k - 1, 1)
+    if not keepdim:
+        v, i = v.squeeze(d), i.squeeze(d)
+    return _kthvalue_result(v, i)
+
+
+def mode(input, dim=-1, keepdim=False):
+    """The most frequent value along dim (the smallest among equally frequent ones) and the
+    index of its last occurrence, as torch's CPU kernel.  Counts compare every pair of the
+    slice: O(n**2) memory per slice."""
+    d = _dim("mode", dim, input.ndim)
+    if input.ndim == 0:
+        return _mode_result(input.clone(), _op("full", shape=(), fill_value=0,
+                                                 dtype=_long(), _device=input._where()))
+    n = input.shape[d]
+    if n == 0:
+        raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
+    with _no_grad():
+        x = input.detach().movedim(d, -1)
+        counts = sum(x.unsqueeze(-1) == x.unsqueeze(-2), -1)
+        top = counts == amax(counts, -1, keepdim=True)
+        biggest = amax(x, -1, keepdim=True).expand(*x.shape)
+        value = amin(x.where(top, biggest), -1, keepdim=True)
+        from .creation import arange
+
+        positions = arange(n, device=input._where()).expand(*x.shape)
+        index = amax(positions.masked_fill(x != value, -1), -1, keepdim=True)
+        index = index.movedim(-1, d)
+    values = input.gather(d, index)
+    if not keepdim:
+        values, index = values.squeeze(d), index.squeeze(d)
+    return _mode_result(values, index)
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
+    from .. import tensor as _tensor_mod
+    from .creation import tensor as make_tensor
+
+    if not input.dtype.is_floating_point or input.dtype.itemsize < 4:
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    if interpolation not in _INTERPOLATIONS:
+        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "
+                           f"midpoint or nearest, but got {interpolation}")
+    if isinstance(q, _tensor_mod.Tensor):
+        if q.dtype is not input.dtype:
+            raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
+        if q.ndim > 1:
+            raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
+        qs = q
+        scalar_q = q.ndim == 0
+    else:
+        qs = make_tensor(float(q), dtype=input.dtype, device=input._where())
+        scalar_q = True
+    qh = qs.detach().reshape(-1).numpy() if qs.numel() else []
+    for v in qh:
+        if not 0 <= v <= 1:
+            raise RuntimeError(f"{name}() q values must be in the range [0, 1]"
+                               if isinstance(q, _tensor_mod.Tensor)
+                               else f"{name}() q must be in the range [0, 1] but got {q}")
+    if input.numel() == 0:
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
+    if dim is None:
+        x, d = input.reshape(-1), 0
+        out_keep = [1] * input.ndim
+    else:
+        d = _dim(name, dim, input.ndim)
+        x = input if input.ndim else input.reshape(1)
+        out_keep = [1 if i == d else n for i, n in enumerate(input.shape)]
+    s = sort(x, d)[0].movedim(d, -1)  # NaN last
+    n = s.shape[-1]
+    nan = s.isnan()
+    if ignore_nan:
+        count = sum(nan.logical_not(), -1, keepdim=True).to(s.dtype)
+    else:
+        count = _op("full", shape=(), fill_value=float(n), dtype=s.dtype,
+                     _device=s._where())
+    qv = qs.reshape(-1).to(s.dtype)
+    rank = ((count - 1).clamp(min=0) * qv).expand(*s.shape[:-1], qv.shape[0])  # (..., Q)
+    if interpolation == "lower":
+        rank = rank.floor()
+    elif interpolation == "higher":
+        rank = rank.ceil()
+    elif interpolation == "nearest":
+        rank = rank.round()
+    lo = rank.floor().to(_long()).clamp(0, n - 1)
+    hi = rank.ceil().to(_long()).clamp(0, n - 1)
+    below, above = s.gather(-1, lo), s.gather(-1, hi)
+    if interpolation == "midpoint":
+        weight = (hi > lo).to(s.dtype) * 0.5
+    else:
+        weight = (rank - lo.to(s.dtype)).detach()
+    r = below.lerp(above, weight)
+    if ignore_nan:
+        r = r.masked_fill(count == 0, float("nan"))
+    else:
+        r = r.masked_fill(any(nan, -1, keepdim=True), float("nan"))
+    # (..., Q) -> (Q, ...), the reduced axis dropped or kept as 1.
+    r = r.movedim(-1, 0)
+    if keepdim:
+        r = r.reshape(r.shape[0], *out_keep)
+    elif dim is None:
+        r = r.reshape(r.shape[0])
+    return r.squeeze(0) if scalar_q else r
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    return _quantile("quantile", input, q, dim, keepdim, interpolation, False)
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    return _quantile("nanquantile", input, q, dim, keepdim, interpolation, True)
+
+
+def _shifted(t, s, d, fill):
+    """t moved s places forward along d, the first s slots filled with `fill`."""
+    n = t.shape[d]
+    head = _op("full", shape=tuple(s if i == d else m for i, m in enumerate(t.shape)),
+                fill_value=fill, dtype=t.dtype, _device=t._where())
+    from .shape import cat
+
+    return cat([head, t.narrow(d, 0, n - s)], d)
+
+
+def _cum_extreme(name, input, dim, larger: bool):
+    """Running max/min along dim with the index of the last occurrence of the running value
+    (a NaN, once seen, stays: the latest NaN's index): a log-depth scan of (value, index)
+    pairs under "keep the later pair unless the earlier one wins strictly"."""
+    d = _dim(name, dim, input.ndim)
+    result = _cummax_result if larger else _cummin_result
+    if input.ndim == 0:
+        return result(input.clone(), _op("full", shape=(), fill_value=0, dtype=_long(),
+                                          _device=input._where()))
+    n = input.shape[d]
+    with _no_grad():
+        v = input.detach()
+        from .creation import arange
+
+        idx = arange(n, device=input._where()).reshape(
+            *[n if i == d else 1 for i in range(input.ndim)]).expand(*input.shape)
+        floating = v.dtype.is_floating_point
+        s = 1
+        while s < n:
+            pv, pi = v.narrow(d, 0, n - s), idx.narrow(d, 0, n - s)
+            cv, ci = v.narrow(d, s, n - s), idx.narrow(d, s, n - s)
+            earlier_wins = pv > cv if larger else pv < cv
+            if floating:  # a NaN wins over numbers; between NaNs the later one
+                earlier_wins = (earlier_wins | pv.isnan()) & cv.isnan().logical_not()
+            from .shape import cat
+
+            v = cat([v.narrow(d, 0, s), cv.where(earlier_wins.logical_not(), pv)], d)
+            idx = cat([idx.narrow(d, 0, s), ci.where(earlier_wins.logical_not(), pi)], d)
+            s *= 2
+    return result(input.gather(d, idx), idx)
+
+
+def cummax(input, dim):
+    return _cum_extreme("cummax", input, dim, True)
+
+
+def cummin(input, dim):
+    return _cum_extreme("cummin", input, dim, False)
+
+
+def logcumsumexp(input, dim):
+    """log(cumsum(exp(x))) without overflow: a log-depth scan under logaddexp."""
+    from .elementwise import logaddexp
+    from .shape import cat
+
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError("\"logcumsumexp_out_cpu\" not implemented for "
+                                  f"'{_tname(input)}'")
+    d = _dim("logcumsumexp", dim, input.ndim)
+    if input.ndim == 0:
+        return input.clone()
+    n, r, s = input.shape[d], input, 1
+    while s < n:
+        r = cat([r.narrow(d, 0, s), logaddexp(r.narrow(d, 0, n - s), r.narrow(d, s, n - s))],
+                d)
+        s *= 2
+    return r if n > 1 else r.clone()
+
+
+def histc(input, bins=100, min=0, max=0):  # noqa: A002 - torch's argument names
+    """Counts in `bins` equal bins over [min, max] (the data's range when both are 0);
+    values outside are ignored, max falls in the last bin."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"histogram_cpu\" not implemented for '{_tname(input)}'")
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for "
+                           "dimension 0")
+    lo, hi = float(min), float(max)
+    if lo > hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    x = input.detach().reshape(-1)
+    if lo == hi and x.numel():
+        lo, hi = float(x.min().item()), float(x.max().item())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    inside = (x >= lo) & (x <= hi)
+    pos = ((x - lo) * (bins / (hi - lo))).floor().clamp(0, bins - 1)
+    pos = pos.masked_fill(inside.logical_not(), 0).to(_long())
+    zeros = _op("full", shape=(bins,), fill_value=0, dtype=input.dtype,
+                 _device=input._where())
+    return zeros.scatter_add(0, pos, inside.to(input.dtype))
+
+
+def bincount(input, weights=None, minlength=0):
+    """Counts (or summed weights) of each non-negative integer; the length is
+    max(input) + 1 or minlength, read on the host."""
+    import numpy as np
+
+    if input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{_tname(input)}'")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if input.ndim != 1 or input.dtype.name == "bool":
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    host = np.asarray(input._host())
+    if host.size and host.min() < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.ndim != 1 or weights.shape[0] != input.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    n = builtins.max(int(host.max()) + 1 if host.size else 0, minlength)
+    if weights is None:
+        d, src = _long(), None
+    else:
+        from ..._core import dtype as dt
+
+        d = weights.dtype if weights.dtype.is_floating_point else dt.float64
+        src = weights.to(d)
+    zeros = _op("full", shape=(n,), fill_value=0, dtype=d, _device=input._where())
+    if src is None:
+        src = _op("full", shape=tuple(input.shape), fill_value=1, dtype=d,
+                   _device=input._where())
+    return zeros.scatter_add(0, input.to(_long()), src)
+
+
+def _host_unique(name, input, consecutive, return_inverse, return_counts, dim):
+    import numpy as np
+
+    from .creation import tensor as make_tensor
+
+    host = np.asarray(input._host())
+    where = input._where()
+    if dim is None:
+        flat = host.reshape(-1)
+        if consecutive:
+            keep = np.ones(flat.shape[0], bool)
+            keep[1:] = flat[1:] != flat[:-1]
+            values = flat[keep]
+            inverse = np.cumsum(keep) - 1
+            counts = np.diff(np.append(np.nonzero(keep)[0], flat.shape[0]))
+        else:
+            values, inverse, counts = np.unique(flat, return_inverse=True,
+                                                return_counts=True, equal_nan=False)
+        inverse = inverse.reshape(host.shape)
+    else:
+        d = _dim(name, dim, input.ndim)
+        if host.ndim == 0:
+            raise IndexError(f"{name}(): dim {dim} is out of range for a 0-d tensor")
+        moved = np.moveaxis(host, d, 0)
+        rows = moved.reshape(moved.shape[0], -1)
+        if consecutive:
+            keep = np.ones(rows.shape[0], bool)
+            keep[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+            picked = rows[keep]
+            inverse = np.cumsum(keep) - 1
+            counts = np.diff(np.append(np.nonzero(keep)[0], rows.shape[0]))
+        else:
+            picked, inverse, counts = np.unique(rows, axis=0, return_inverse=True,
+                                                return_counts=True)
+            inverse = inverse.reshape(-1)
+        values = np.moveaxis(picked.reshape((picked.shape[0],) + moved.shape[1:]), 0, d)
+    out = [make_tensor(np.ascontiguousarray(values), dtype=input.dtype, device=where)]
+    if return_inverse:
+        out.append(make_tensor(np.asarray(inverse, np.int64), device=where))
+    if return_counts:
+        out.append(make_tensor(np.asarray(counts, np.int64), device=where))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """The distinct values (sorted; read on the host), with the inverse map and counts."""
+    return _host_unique("unique", input, False, return_inverse, return_counts, dim)
+
+
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+    """Each run of equal consecutive values (or slices along dim) collapsed to one."""
+    return _host_unique("unique_consecutive", input, True, return_inverse, return_counts, dim)
+
+
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
+                 sorter=None, out=None):
+    """The insertion index of each value into the sorted innermost rows: the count of
+    boundaries below it (at or below it with right=True)."""
+    from .. import tensor as _tensor_mod
+    from ._base import as_tensor_arg
+
+    if out is not None:
+        raise TypeError("searchsorted(): the 'out' argument is not supported")
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError("torch.searchsorted(): side can only be 'left' or 'right' but "
+                               f"got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to "
+                               "opposites, got side of left while right was True")
+        right = side == "right"
+    seq = sorted_sequence
+    scalar = not isinstance(input, _tensor_mod.Tensor)
+    if scalar:
+        if seq.ndim != 1:
+            raise RuntimeError("torch.searchsorted(): input value can be a scalar only when "
+                               "boundaries tensor dimension is 1, but we got boundaries "
+                               f"tensor dim({seq.ndim})")
+        input = as_tensor_arg("searchsorted", "input", input, seq)
+    if seq.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive "
+                           "dimension, but got 0 dimension")
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(input.shape[:-1]):
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or "
+                           "the first N-1 dimensions of boundaries tensor and input value "
+                           "tensor must match, but we got boundaries tensor "
+                           f"{list(seq.shape)} and input value tensor {list(input.shape)}")
+    if sorter is not None:
+        if tuple(sorter.shape) != tuple(seq.shape):
+            raise RuntimeError("torch.searchsorted(): boundary and sorter must have the same "
+                               f"size, but got boundary tensor {list(seq.shape)}and got "
+                               f"sorter tensor {list(sorter.shape)}")
+        seq = seq.gather(-1, sorter)
+    seq, v = seq.detach(), input.detach()
+    if seq.ndim == 1:
+        below = seq <= v.unsqueeze(-1) if right else seq < v.unsqueeze(-1)
+    else:
+        b, vv = seq.unsqueeze(-2), v.unsqueeze(-1)  # (..., 1, n) against (..., m, 1)
+        below = b <= vv if right else b < vv
+    if seq.dtype.is_floating_point or v.dtype.is_floating_point:
+        # NaN sorts last: every number is below a NaN value.
+        below = below | v.isnan().unsqueeze(-1)
+    from ..._core import dtype as dt
+
+    r = sum(below, -1, dtype=dt.int32 if out_int32 else dt.int64)
+    return r.reshape(()) if scalar else r
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim"
+                           f"({boundaries.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right, out=out)
+
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    """The covariance of the rows (variables) over the columns (observations)."""
+    if input.ndim > 2:
+        raise RuntimeError("cov(): expected input to have two or fewer dimensions but got an "
+                           f"input with {input.ndim} dimensions")
+    x = input.reshape(1, -1) if input.ndim < 2 else input
+    if not x.dtype.is_floating_point:
+        from ..._core import dtype as dt
+
+        x = x.to(dt.get_default_dtype())
+    n = x.shape[1]
+    w = None
+    for name, wt in (("fweights", fweights), ("aweights", aweights)):
+        if wt is None:
+            continue
+        if wt.ndim > 1:
+            raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but "
+                               f"got {name} with {wt.ndim} dimensions")
+        if wt.numel() != n:
+            raise RuntimeError(f"cov(): expected {name} to have the same numel as there are "
+                               f"observations in the input but got {wt.numel()} != {n}")
+        if name == "fweights" and wt.dtype.is_floating_point:
+            raise RuntimeError("cov(): expected fweights to have integral dtype but got "
+                               f"fweights with {_tname(wt)} dtype")
+        if name == "aweights" and not wt.dtype.is_floating_point:
+            raise RuntimeError("cov(): expected aweights to have floating point dtype but got "
+                               f"aweights with {_tname(wt)} dtype")
+        wt = wt.to(x.dtype)
+        w = wt if w is None else w * wt
+    if w is None:
+        w_sum = float(n)
+        avg = mean(x, 1, keepdim=True)
+        factor = w_sum - correction
+    else:
+        w_sum = sum(w)
+        avg = sum(x * w, 1, keepdim=True) / w_sum
+        if aweights is None:
+            factor = w_sum - correction
+        else:
+            factor = w_sum - correction * sum(w * aweights.to(x.dtype)) / w_sum
+    xc = x - avg
+    xw = xc if w is None else xc * w
+    from .linalg import mm
+
+    # A non-positive normaliser is clamped to 0 (inf and NaN results), as torch.
+    factor = builtins.max(factor, 0.0) if isinstance(factor, float) else factor.clamp(min=0)
+    c = mm(xw, xc.t()) / factor
+    return c.reshape(()) if input.ndim < 2 else c
+
+
+def corrcoef(input):
+    """Pearson correlation coefficients of the rows, clipped to [-1, 1]."""
+    c = cov(input)
+    if c.ndim == 0:
+        return c / c
+    d = c.diagonal()
+    s = d.sqrt()
+    c = c / s.unsqueeze(1) / s.unsqueeze(0)
+    return c.clamp(-1, 1)
+
+
+def renorm(input, p, dim, maxnorm):
+    """Each slice along dim rescaled to p-norm maxnorm where its norm exceeds it."""
+    if p <= 0:
+        raise RuntimeError("renorm: non-positive-norm not supported")
+    if maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    d = _dim("renorm", dim, input.ndim)
+    if input.ndim <= 1:
+        raise RuntimeError("renorm: input needs at least 2 dimensions, got "
+                           f"{input.ndim} dimensions")
+    others = tuple(i for i in range(input.ndim) if i != d)
+    norms = vector_norm(input, p, others, keepdim=True)
+    factor = (maxnorm / (norms + 1e-7)).where(norms > maxnorm, 1.0)
+    return input * factor.to(input.dtype)
+
+
+def _trapezoid_parts(name, y, x, dx, dim):
+    """(sum terms along dim, axis): (y[1:] + y[:-1]) / 2 * spacing."""
+    d = _dim(name, dim, y.ndim)
+    n = y.shape[d] if y.ndim else 0
+    if n == 0:
+        return None, d
+    pairs = y.narrow(d, 1, n - 1) + y.narrow(d, 0, n - 1)
+    from .. import tensor as _tensor_mod
+
+    if x is None or not isinstance(x, _tensor_mod.Tensor):
+        step = dx if x is None else x
+        return pairs * (0.5 * (1 if step is None else step)), d
+    if x.ndim == 1:
+        if x.shape[0] != n:
+            raise RuntimeError(f"{name}: There must be one `x` value for each sample point")
+        spacing = x[1:] - x[:-1]
+        spacing = spacing.reshape(*[n - 1 if i == d else 1 for i in range(y.ndim)])
+    else:
+        spacing = x.narrow(d, 1, n - 1) - x.narrow(d, 0, n - 1)
+    return pairs * spacing * 0.5, d
+
+
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    terms, d = _trapezoid_parts("trapezoid", y, x, dx, dim)
+    if terms is None:  # no interval: zero
+        return sum(y, d) * 0
+    return sum(terms, d)
+
+
+def trapz(y, x=None, *, dx=None, dim=-1):
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
+    terms, d = _trapezoid_parts("cumulative_trapezoid", y, x, dx, dim)
+    if terms is None:
+        return y.narrow(d, 0, 0) * 1.0
+    return cumsum(terms, d)
+
+
+METHODS.update({
+    "aminmax": aminmax, "nansum": nansum, "nanmean": nanmean, "nanmedian": nanmedian,
+    "kthvalue": kthvalue, "mode": mode, "quantile": quantile, "nanquantile": nanquantile,
+    "cummax": cummax, "cummin": cummin, "logcumsumexp": logcumsumexp, "histc": histc,
+    "bincount": bincount, "unique": unique, "unique_consecutive": unique_consecutive,
+    "cov": cov, "corrcoef": corrcoef, "renorm": renorm,
+    "renorm_": inplace_method("renorm_", renorm),
+})
+__all__ += [
+    "aminmax", "bincount", "bucketize", "corrcoef", "cov", "cummax", "cummin",
+    "cumulative_trapezoid", "histc", "kthvalue", "logcumsumexp", "mode", "nanmean",
+    "nanmedian", "nanquantile", "nansum", "quantile", "renorm", "searchsorted", "trapezoid",
+    "trapz", "unique", "unique_consecutive",
+]
