@@ -367,3 +367,16 @@ def test_boxing_events_on_two_ranks(tmp_path):
     procs = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"]
              if e["ph"] == "M" and e["name"] == "process_name"}
     assert procs == {0: "rank 0", 1: "rank 1"}
+
+
+def test_with_stack_names_the_user_line(tmp_path):
+    with profile(with_stack=True) as prof:
+        flow.relu(flow.ones(2))  # this line is in the stack
+        with pytest.raises(RuntimeError, match="still recording"):
+            prof.export_chrome_trace(str(tmp_path / "early.json"))
+    relu = next(e for e in prof.events() if e.name == "relu" and e.cat == "cpu_op")
+    assert relu.stack and relu.stack[0].startswith(__file__)
+    assert relu.stack[0].endswith("test_with_stack_names_the_user_line")
+    trace = _load_trace(prof.export_chrome_trace(str(tmp_path / "s.json")))
+    ev = next(e for e in _complete(trace, "cpu_op") if e["name"] == "relu")
+    assert ev["args"]["Call stack"] == relu.stack
