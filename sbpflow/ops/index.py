@@ -1144,3 +1144,162 @@ register(OpDef(
     ],
     doc="masked_fill with a 0-dim tensor value (differentiable in the value).",
 ))
+
+
+# -- scatter_reduce --------------------------------------------------------------------------
+_SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+_SCATTER_PRIM = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "amax",
+                 "amin": "amin"}
+
+
+def _scatter_reduce_meta(x, index, src, dim, reduce, include_self=True):
+    if reduce not in _SCATTER_REDUCTIONS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
+                           f"{reduce}")
+    if src.dtype is not x.dtype:
+        raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+    _dim_check("scatter_reduce", x, index, dim, src=src)
+    return x
+
+
+def _reduce_identity(reduce, dtype):
+    """The value a position starts from when include_self=False."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    kind = np.dtype(dtype.np).kind
+    if kind == "f":
+        return -np.inf if reduce == "amax" else np.inf
+    if kind == "b":
+        return reduce != "amax"
+    info = np.iinfo(dtype.np)
+    return info.min if reduce == "amax" else info.max
+
+
+def _scatter_reduce_kernel(ctx, x, index, src, dim, reduce, include_self=True):
+    xm, im, sm = ctx.in_metas
+    prims, dtype = ctx.prims, xm.dtype
+    d = normalize_dim("scatter_reduce", dim, xm.ndim)
+    out = prims.contiguous(x)
+    target, i1, s1 = _as_1d(ctx, out, xm), _as_1d(ctx, index, im), _as_1d(ctx, src, sm)
+    if not include_self:  # scattered positions forget their own value first
+        prims.scatter(target, d, i1, prims.full(tuple(i1.shape), dtype,
+                                                _reduce_identity(reduce, dtype)), None)
+    prims.scatter(target, d, i1, s1, _SCATTER_PRIM[reduce])
+    if reduce == "mean":
+        count = prims.full(tuple(target.shape), dtype, 1 if include_self else 0)
+        prims.scatter(count, d, i1, prims.full(tuple(i1.shape), dtype, 1), "add")
+        count = prims.binary("maximum", count, prims.full((), dtype, 1))
+        quotient = "div" if dtype.is_floating_point else "floor_divide"
+        target = prims.cast(prims.binary(quotient, target, count), dtype)
+    return prims.reshape(target, ()) if xm.ndim == 0 else target
+
+
+def _scatter_reduce_grad(ctx, g):
+    dim, reduce, include_self = (ctx.attrs["dim"], ctx.attrs["reduce"],
+                                 ctx.attrs["include_self"])
+    need_x, need_src = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+    if not (need_x or need_src):
+        return None, None, None
+    index = ctx.input(1)
+    im, sm = ctx.in_metas[1], ctx.in_metas[2]
+    x, src, result = ctx.input(0), ctx.input(2), ctx.output(0)
+    if tuple(im.shape) != tuple(sm.shape):  # only the index's extent of src takes part
+        src = op("slice", src, key=tuple(("slice", 0, n, 1) for n in im.shape))
+    if reduce == "sum":
+        gx, gs = g, g.gather(dim, index)
+    elif reduce == "mean":
+        count = op("full", shape=tuple(g.shape), fill_value=1 if include_self else 0,
+                   dtype=g.dtype, _device=g._where())
+        ones = op("full", shape=tuple(index.shape), fill_value=1, dtype=g.dtype,
+                  _device=g._where())
+        count = op("scatter_add", count, index, ones, dim=dim).clamp(min=1)
+        gx = g / count
+        gs = gx.gather(dim, index)
+    elif reduce in ("amax", "amin"):
+        # ties share the gradient evenly, as torch does
+        value = result.gather(dim, index)
+        self_is = (x == result).to(g.dtype)
+        src_is = (src == value).to(g.dtype)
+        share = g / op("scatter_add", self_is, index, src_is, dim=dim)
+        gx = self_is * share
+        gs = src_is * share.gather(dim, index)
+    else:  # prod: products of the other factors, exact where one factor is zero
+        masked_x = x.masked_fill(x == 0, 1)
+        masked_result = op("scatter_reduce", masked_x, index, src, dim=dim, reduce="prod",
+                           include_self=include_self)
+        gx = g * masked_result / masked_x
+        src_zero = src == 0
+        zeros = op("full", shape=tuple(x.shape), fill_value=0, dtype=g.dtype,
+                   _device=g._where())
+        n_zero = op("scatter_add", zeros, index, src_zero.to(g.dtype), dim=dim).gather(
+            dim, index)
+        single_zero = src_zero.logical_and(n_zero == 1)
+        masked_src_result = op("scatter_reduce", x, index, src.masked_fill(single_zero, 1),
+                               dim=dim, reduce="prod", include_self=include_self)
+        gs = op("where", single_zero, (g * masked_src_result).gather(dim, index),
+                (g * result).gather(dim, index) / src.masked_fill(src_zero, 1))
+    if not include_self:  # the scattered positions' own values were dropped
+        gx = op("scatter_value", gx, index, dim=dim, value=0)
+    if need_src and tuple(im.shape) != tuple(sm.shape):
+        gs = op("slice_grad", gs, key=tuple(("slice", 0, n, 1) for n in im.shape),
+                shape=sm.shape)
+    return (gx if need_x else None), None, (gs if need_src else None)
+
+
+def _scatter_reduce_sbp(x, index, src, dim, reduce, include_self=True):
+    sigs = [Signature((B, B, B), (B,))]
+    if reduce in ("sum", "mean") and x.dtype.is_floating_point:
+        # the result is linear in (x, src) jointly: the counts depend on the index only
+        sigs.append(Signature((P, B, P), (P,)))
+    if (reduce == "sum" and include_self and x.dtype.is_floating_point and index.ndim
+            and src.ndim == index.ndim):
+        d = normalize_dim("scatter_reduce", dim, x.ndim)
+        if index.shape[d] > 1 and src.shape[d] == index.shape[d]:
+            # each piece adds its own (index, src) entries; the input counted once via P
+            sigs.append(Signature((P, Split(d), Split(d)), (P,)))
+    return sigs + _scatter_split_sigs(x, index, dim, [src])  # rows independent off dim
+
+
+def _scatter_reduce_reference(torch, x, index, src, dim, reduce, include_self=True):
+    return torch.scatter_reduce(x, dim, index, src, reduce, include_self=include_self)
+
+
+def _scatter_reduce_samples(rng):
+    out = []
+    for reduce in _SCATTER_REDUCTIONS:
+        for include_self in (True, False):
+            out.append(Sample(_rand(rng, 4, 3), rng.integers(0, 4, (5, 3)), _rand(rng, 5, 3),
+                              dim=0, reduce=reduce, include_self=include_self))
+    return out + [
+        # a src larger than the index: torch has no gradient for that case
+        Sample(_rand(rng, 2, 5), rng.integers(0, 5, (2, 3)), _rand(rng, 2, 4), dim=-1,
+               reduce="mean", include_self=False, grad=False),
+        Sample(_rand(rng, 2, 5), rng.integers(0, 5, (2, 3)), _rand(rng, 2, 3), dim=-1,
+               reduce="mean", include_self=False),
+        Sample(_rand(rng, 3, 4), rng.integers(0, 3, (2, 4)), _rand(rng, 2, 4), dim=0,
+               reduce="amax"),
+        Sample(np.asarray(1.5), np.asarray(0), np.asarray(-2.0), dim=0, reduce="prod"),
+        Sample((_rand(rng, 4, 3) * 4).astype(np.int64), rng.integers(0, 4, (5, 3)),
+               (_rand(rng, 5, 3) * 4).astype(np.int64), dim=0, reduce="mean",
+               include_self=False, grad=False),
+        Sample((_rand(rng, 4, 3) * 4).astype(np.int32), rng.integers(0, 4, (5, 3)),
+               (_rand(rng, 5, 3) * 4).astype(np.int32), dim=0, reduce="amin",
+               include_self=False, grad=False),
+    ]
+
+
+register(OpDef(
+    "scatter_reduce",
+    inputs=("input", "index", "src"),
+    attrs={"dim": Attr("int"), "reduce": Attr("str"), "include_self": Attr("bool", True)},
+    infer_meta=_scatter_reduce_meta,
+    kernel=_scatter_reduce_kernel,
+    saves=("input", "index", "src", "out"),
+    grad=_scatter_reduce_grad,
+    sbp=_scatter_reduce_sbp,
+    reference=_scatter_reduce_reference,
+    samples=_scatter_reduce_samples,
+    doc="torch.scatter_reduce (two-argument reduce: sum, prod, mean, amax, amin).",
+))

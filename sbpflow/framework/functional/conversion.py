@@ -67,12 +67,19 @@ def fill_(self: Tensor, value) -> Tensor:
     return interpreter.assign(self, full, "fill_")
 
 
+def type_as(self: Tensor, other: Tensor) -> Tensor:
+    if not isinstance(other, Tensor):
+        raise TypeError(f"type_as(): argument 'other' (position 1) must be Tensor, not "
+                        f"{type(other).__name__}")
+    return to(self, other.dtype)
+
+
 def _cast(d):
     return lambda self, memory_format=None: to(self, d)
 
 
 METHODS = {
-    "clone": clone, "to": to, "copy_": copy_, "fill_": fill_,
+    "clone": clone, "to": to, "type_as": type_as, "copy_": copy_, "fill_": fill_,
     "zero_": lambda self: fill_(self, 0),
     "float": _cast(dt.float32), "double": _cast(dt.float64), "half": _cast(dt.float16),
     "bfloat16": _cast(dt.bfloat16), "long": _cast(dt.int64), "int": _cast(dt.int32),

@@ -392,6 +392,15 @@ def reshape_flat(t: Tensor) -> Tensor:
 
 
 def take(input: Tensor, index: Tensor) -> Tensor:
+    if index.dtype is not dt.int64:
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got "
+                           f"{_torch_type(index.dtype)}")
+    n = input.numel()
+    if n == 0 and index.numel():
+        raise IndexError("take(): tried to take from an empty tensor")
+    _check_range(index, n, lambda v: IndexError(
+        f"out of range: tried to access index {v} on a tensor of {n} elements."),
+        negative_ok=True)
     flat = reshape_flat(input)
     return getitem(flat, index) if index.ndim else call(
         "reshape", getitem(flat, call("reshape", index, shape=(1,))), shape=())
@@ -460,6 +469,215 @@ def argwhere(input: Tensor) -> Tensor:
     return nonzero(input)
 
 
+# -- index_copy / index_fill / put / masked_scatter (compositions over index_put) -------------
+def _torch_type(d) -> str:
+    from ...ops.index import _torch_name
+
+    return _torch_name(d)
+
+
+def _dim_key(d: int) -> tuple:
+    return (FULL,) * d + (("tensor", 0),)
+
+
+def _index_vector(name, index: Tensor, *, long_msg) -> Tensor:
+    if index.dtype is not dt.int64:
+        raise long_msg(index)
+    if index.ndim > 1:
+        raise IndexError(f"{name}(): Index should have dimension 1 or 0 (got {index.ndim})")
+    return index if index.ndim == 1 else call("reshape", index, shape=(1,))
+
+
+def _as_vector(t: Tensor) -> Tensor:
+    return call("reshape", t, shape=(1,)) if t.ndim == 0 else t
+
+
+def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    name = "index_copy_"
+    index = _index_vector(name, index, long_msg=lambda i: RuntimeError(
+        f"{name}(): Expected a long tensor for index, but got {_torch_type(i.dtype)}"))
+    if source.dtype is not input.dtype:
+        raise RuntimeError(f"{name}(): self and source expected to have the same dtype, but got "
+                           f"(self) {_torch_type(input.dtype)} and (source) "
+                           f"{_torch_type(source.dtype)}")
+    d = normalize_dim(name, dim, input.ndim)
+    x, src = _as_vector(input), _as_vector(source)
+    n_src = src.shape[d] if source.ndim else 1
+    if index.numel() != n_src:
+        raise IndexError(f"{name}(): Number of indices ({index.numel()}) should be equal to "
+                         f"source.size(dim) ({n_src})")
+    if src.ndim != x.ndim:
+        raise IndexError(f"{name}(): When source and destination are not scalars, their "
+                         "dimensionality must match. Source dimensionality "
+                         f"({source.ndim}), destination dimensionality ({input.ndim})")
+    for i in range(x.ndim):
+        if i != d and x.shape[i] != src.shape[i]:
+            raise RuntimeError(
+                f"{name}(): Source/destination tensor must have same slice shapes. Destination "
+                f"slice shape: {x.shape[i]} at dimension {i} and source slice shape: "
+                f"{src.shape[i]} at dimension {i}.")
+    size = x.shape[d]
+    _check_range(index, size, lambda v: IndexError(
+        f"{name}(): index {v} is out of bounds for dimension {d} with size {size}"))
+    out = call("index_put", [x, src, index], key=_dim_key(d), accumulate=False)
+    return call("reshape", out, shape=()) if input.ndim == 0 else out
+
+
+def index_fill(input: Tensor, dim: int, index: Tensor, value) -> Tensor:
+    name = "index_fill_"
+    index = _index_vector(name, index, long_msg=lambda i: IndexError(
+        f"{name}(): Expected dtype int64 for index."))
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise RuntimeError(f"{name} only supports a 0-dimensional value tensor, but got "
+                               f"tensor with {value.ndim} dimension(s).")
+        v = value if value.dtype is input.dtype else call("to_dtype", value, dtype=input.dtype)
+    elif is_scalar(value):
+        v = interpreter.apply(registry.get("full"), (),
+                              {"shape": (), "fill_value": value, "dtype": input.dtype},
+                              device=input._where())
+    else:
+        raise TypeError(f"index_fill(): argument 'value' must be Number or Tensor, not "
+                        f"{type(value).__name__}")
+    d = normalize_dim(name, dim, input.ndim)
+    x = _as_vector(input)
+    size = x.shape[d]
+    _check_range(index, size, lambda v_: IndexError(
+        f"index {v_} is out of bounds for dimension {d} with size {size}"), negative_ok=True)
+    out = call("index_put", [x, v, index], key=_dim_key(d), accumulate=False)
+    return call("reshape", out, shape=()) if input.ndim == 0 else out
+
+
+def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    if index.dtype is not dt.int64:
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got "
+                           f"{_torch_type(index.dtype)}")
+    if source.dtype is not input.dtype:
+        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got "
+                           f"self.dtype = {_torch_type(input.dtype)} and source.dtype = "
+                           f"{_torch_type(source.dtype)}")
+    if index.numel() != source.numel():
+        raise IndexError(f"put_(): Expected source and index to have the same number of "
+                         f"elements, but got source.numel() = {source.numel()}, index.numel() "
+                         f"= {index.numel()}")
+    n = input.numel()
+    _check_range(index, n, lambda v: IndexError(
+        f"out of range: tried to access index {v} on a tensor of {n} elements."),
+        negative_ok=True)
+    flat = reshape_flat(input)
+    out = call("index_put", [flat, reshape_flat(source), reshape_flat(index)],
+               key=(("tensor", 0),), accumulate=bool(accumulate))
+    return call("reshape", out, shape=tuple(input.shape))
+
+
+def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    if mask.dtype is not dt.bool_:
+        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with "
+                           f"dtype {_torch_type(mask.dtype)}")
+    if source.dtype is not input.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but "
+                           f"got{_torch_type(input.dtype)} and {_torch_type(source.dtype)}")
+    from ..._core.errors import broadcast_shapes
+
+    shape = broadcast_shapes("masked_scatter", input._meta.shape, mask._meta.shape)
+    if input._meta.shape != shape:
+        input = call("expand", input, size=shape)
+    if mask._meta.shape != shape:
+        mask = call("expand", mask, size=shape)
+    if not shape:
+        input, mask = _as_vector(input), _as_vector(mask)
+    positions = np.nonzero(_host_values(mask))  # data-dependent: read on the host
+    k = int(positions[0].size)
+    if source.numel() < k:
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+    values = call("narrow", reshape_flat(source), dim=0, start=0, length=k)
+    idx = [_tensor(p.astype(np.int64), device=input._where()) for p in positions]
+    key = tuple(("tensor", i) for i in range(len(idx)))
+    out = call("index_put", [input, values, *idx], key=key, accumulate=False)
+    return call("reshape", out, shape=()) if not shape else out
+
+
+# -- *_scatter: a copy of input with one view region replaced ---------------------------------
+def _scatter_into(input: Tensor, src: Tensor, make_view) -> Tensor:
+    from .conversion import copy_
+
+    out = call("clone", input)
+    region = make_view(out)
+    if tuple(src.shape) != tuple(region.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                           f"{list(src.shape)}, slice size = {list(region.shape)}")
+    copy_(region, src)
+    return out
+
+
+def select_scatter(input: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
+    from .shape import select
+
+    return _scatter_into(input, src, lambda o: select(o, dim, index))
+
+
+def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start=None, end=None,
+                  step: int = 1) -> Tensor:
+    d = normalize_dim("slice_scatter", dim, input.ndim)
+    key = (FULL,) * d + (("slice", start, end, step),)
+    return _scatter_into(input, src, lambda o: call("slice", o, key=key))
+
+
+def diagonal_scatter(input: Tensor, src: Tensor, offset: int = 0, dim1: int = 0,
+                     dim2: int = 1) -> Tensor:
+    """where(on the diagonal, src embedded, input): a diagonal of any layout (a view of it
+    exists only for mergeable axes)."""
+    region = call("diagonal_copy", input, offset=offset, dim1=dim1, dim2=dim2)
+    if tuple(src.shape) != tuple(region.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                           f"{list(src.shape)}, slice size = {list(region.shape)}")
+    if src.dtype is not input.dtype:
+        src = call("to_dtype", src, dtype=input.dtype)
+    attrs = {"shape": tuple(input.shape), "offset": offset, "dim1": dim1, "dim2": dim2}
+    ones = interpreter.apply(registry.get("full"), (),
+                             {"shape": tuple(src.shape), "fill_value": True, "dtype": dt.bool_},
+                             device=input._where())
+    on_diagonal = call("diagonal_grad", ones, **attrs)
+    return call("where", on_diagonal, call("diagonal_grad", src, **attrs), input)
+
+
+def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:
+    if self.ndim < 2:
+        raise RuntimeError("dimensions must larger than 1")
+    shape = tuple(self.shape)
+    if self.ndim > 2 and len(set(shape)) != 1:
+        raise RuntimeError("all dimensions of input must be of equal length")
+    n = min(shape)
+    if self.ndim == 2 and wrap and shape[0] > shape[1] + 1:
+        flat = np.arange(0, self.numel(), shape[1] + 1)
+        rows, cols = np.unravel_index(flat, shape)
+        idx = (rows, cols)
+    else:
+        idx = (np.arange(n),) * self.ndim
+    key = tuple(_tensor(i.astype(np.int64), device=self._where()) for i in idx)
+    setitem(self, key, fill_value)
+    return self
+
+
+# -- scatter_reduce ----------------------------------------------------------------------------
+_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    if reduce not in _REDUCTIONS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
+                           f"{reduce}")
+    _meta_check("scatter_reduce", (input, index, src), dim=dim, reduce=reduce,
+                include_self=include_self)
+    d, size = _dim_size(input, dim)
+    _check_range(index, size, lambda v: RuntimeError(
+        f"index {v} is out of bounds for dimension {d} with size {size}"))
+    return call("scatter_reduce", input, index, src, dim=dim, reduce=reduce,
+                include_self=bool(include_self))
+
+
+
 METHODS = {
     "__getitem__": getitem, "__setitem__": setitem,
     "gather": gather, "scatter": scatter, "scatter_add": scatter_add,
@@ -471,9 +689,20 @@ METHODS = {
     "masked_fill": masked_fill, "masked_fill_": inplace_method("masked_fill_", masked_fill),
     "masked_select": masked_select, "take_along_dim": take_along_dim, "take": take,
     "nonzero": nonzero, "argwhere": argwhere,
+    "index_copy": index_copy, "index_copy_": inplace_method("index_copy_", index_copy),
+    "index_fill": index_fill, "index_fill_": inplace_method("index_fill_", index_fill),
+    "put": put, "put_": inplace_method("put_", put),
+    "masked_scatter": masked_scatter,
+    "masked_scatter_": inplace_method("masked_scatter_", masked_scatter),
+    "select_scatter": select_scatter, "slice_scatter": slice_scatter,
+    "diagonal_scatter": diagonal_scatter, "fill_diagonal_": fill_diagonal_,
+    "scatter_reduce": scatter_reduce,
+    "scatter_reduce_": inplace_method("scatter_reduce_", scatter_reduce),
 }
 
 __all__ = [
     "argwhere", "gather", "index_add", "index_put", "index_select", "masked_fill",
     "masked_select", "nonzero", "scatter", "scatter_add", "take", "take_along_dim",
+    "diagonal_scatter", "index_copy", "index_fill", "masked_scatter", "put", "scatter_reduce",
+    "select_scatter", "slice_scatter",
 ]

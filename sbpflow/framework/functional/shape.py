@@ -431,6 +431,472 @@ def repeat_interleave(input: Tensor, repeats=None, dim=None, *, output_size=None
     return flatten(call("expand", wide, size=tuple(size)), d, d + 1)
 
 
+# -- broadcasting ------------------------------------------------------------------------------
+def broadcast_shapes(*shapes):
+    """torch.broadcast_shapes: ints or sequences of ints, broadcast as tensors would be."""
+    from ..._core.errors import broadcast_shapes as _bshapes
+    from ..tensor import Size
+
+    norm = []
+    for s in shapes:
+        if isinstance(s, int) and not isinstance(s, bool):
+            norm.append((s,))
+        elif isinstance(s, (tuple, list)):
+            norm.append(tuple(_int(v, "shape") for v in s))
+        else:
+            raise RuntimeError(f"Input shapes should be of type ints, a tuple of ints, or a list "
+                               f"of ints, got {s!r}")
+    for s in norm:
+        if any(v < 0 for v in s):
+            raise RuntimeError(f"Trying to create tensor with negative dimension {min(s)}: "
+                               f"{list(s)}")
+    if not norm:
+        return Size(())
+    try:
+        return Size(_bshapes("broadcast_shapes", *norm))
+    except RuntimeError:
+        raise RuntimeError("Shape mismatch: objects cannot be broadcast to a single "
+                           "shape") from None
+
+
+def broadcast_to(input: Tensor, size):
+    return expand(input, size)
+
+
+def broadcast_tensors(*tensors):
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    tensors = _tensor_list("broadcast_tensors", tensors)
+    from ..._core.errors import broadcast_shapes as _bshapes
+
+    shape = _bshapes("broadcast_tensors", *[x._meta.shape for x in tensors]) if tensors else ()
+    return tuple(x if x._meta.shape == shape else call("expand", x, size=shape)
+                 for x in tensors)
+
+
+def meshgrid(*tensors, indexing=None):
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    tensors = _tensor_list("meshgrid", tensors)
+    if indexing is None:
+        import warnings
+
+        warnings.warn("torch.meshgrid: in an upcoming release, it will be required to pass the "
+                      "indexing argument.", UserWarning, stacklevel=2)
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but '
+                           f"received: {indexing}")
+    if not tensors:
+        raise RuntimeError("meshgrid expects a non-empty TensorList")
+    for x in tensors:
+        if x.ndim > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list "
+                               f"but got: {x!r}")
+        if x.dtype is not tensors[0].dtype:
+            raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have "
+                               "the same dtype.")
+        if x.device != tensors[0].device:
+            raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have "
+                               "the same device.")
+    order = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:  # the first two axes swap
+        order[0], order[1] = 1, 0
+    grid = [tensors[i] for i in order]
+    shape = tuple(x.numel() for x in grid)
+    out = []
+    for i, x in enumerate(grid):
+        view_shape = [1] * len(grid)
+        view_shape[i] = shape[i]
+        out.append(call("expand", reshape(x, tuple(view_shape)), size=shape))
+    if indexing == "xy" and len(tensors) >= 2:
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)
+
+
+# -- atleast_Nd, stacking ----------------------------------------------------------------------
+def _atleast(op, tensors, fix):
+    if len(tensors) == 1 and isinstance(tensors[0], Tensor):
+        return fix(tensors[0])
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    return tuple(fix(x) for x in _tensor_list(op, tensors))
+
+
+def _at1(x):
+    return reshape(x, (1,)) if x.ndim == 0 else x
+
+
+def _at2(x):
+    if x.ndim == 0:
+        return reshape(x, (1, 1))
+    return unsqueeze(x, 0) if x.ndim == 1 else x
+
+
+def _at3(x):
+    if x.ndim == 0:
+        return reshape(x, (1, 1, 1))
+    if x.ndim == 1:
+        return unsqueeze(unsqueeze(x, 0), -1)
+    return unsqueeze(x, -1) if x.ndim == 2 else x
+
+
+def atleast_1d(*tensors):
+    return _atleast("atleast_1d", tensors, _at1)
+
+
+def atleast_2d(*tensors):
+    return _atleast("atleast_2d", tensors, _at2)
+
+
+def atleast_3d(*tensors):
+    return _atleast("atleast_3d", tensors, _at3)
+
+
+def _stack_list(op, tensors):
+    tensors = _tensor_list(op, tensors)
+    if not tensors:
+        raise RuntimeError(f"{op} expects a non-empty TensorList")
+    return tensors
+
+
+def hstack(tensors):
+    ts = [_at1(x) for x in _stack_list("hstack", tensors)]
+    return cat(ts, 0 if ts[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat([_at2(x) for x in _stack_list("vstack", tensors)], 0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors):
+    return cat([_at3(x) for x in _stack_list("dstack", tensors)], 2)
+
+
+def column_stack(tensors):
+    ts = _stack_list("column_stack", tensors)
+    return cat([reshape(x, (x.numel(), 1)) if x.ndim <= 1 else x for x in ts], 1)
+
+
+def _dir_split(op, input, spec, dim, need):
+    if input.ndim < need:
+        raise RuntimeError(f"torch.{op} requires a tensor with at least {need} dimension"
+                           f"{'s' if need > 1 else ''}, but got a tensor with {input.ndim} "
+                           "dimensions!")
+    if not isinstance(spec, (list, tuple, Tensor)):
+        sections = _int(spec, "sections")
+        n = input.shape[dim]
+        if sections == 0 or n % sections:
+            raise RuntimeError(f"torch.{op} attempted to split along dimension {dim}, but the "
+                               f"size of the dimension {n} is not divisible by the split_size "
+                               f"{sections}!")
+    return tensor_split(input, spec, dim)
+
+
+def hsplit(input: Tensor, indices_or_sections):
+    return _dir_split("hsplit", input, indices_or_sections, 1 if input.ndim > 1 else 0, 1)
+
+
+def vsplit(input: Tensor, indices_or_sections):
+    return _dir_split("vsplit", input, indices_or_sections, 0, 2)
+
+
+def dsplit(input: Tensor, indices_or_sections):
+    return _dir_split("dsplit", input, indices_or_sections, 2, 3)
+
+
+def split_with_sizes(input: Tensor, split_sizes, dim: int = 0):
+    return split(input, list(split_sizes), dim)
+
+
+unsafe_split = split
+unsafe_chunk = chunk
+
+
+def unsafe_split_with_sizes(input: Tensor, split_sizes, dim: int = 0):
+    return split(input, list(split_sizes), dim)
+
+
+def tile(input: Tensor, dims):
+    dims = shape_args("tile", (dims,) if isinstance(dims, int) else tuple(dims))
+    if len(dims) < input.ndim:
+        dims = (1,) * (input.ndim - len(dims)) + dims
+    return call("repeat", input, repeats=dims)
+
+
+# -- diagonals and triangles -------------------------------------------------------------------
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1):
+    """Batches of diagonal matrices; the adjoint of diagonal (the `diagonal_grad` op)."""
+    if input.ndim == 0:
+        raise RuntimeError("diag_embed(): input must be at least 1-dimensional")
+    n = input.ndim + 1
+    d1 = normalize_dim("diag_embed", dim1, n, "dim1")
+    d2 = normalize_dim("diag_embed", dim2, n, "dim2")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    size = input.shape[-1] + abs(offset)
+    shape = list(input.shape[:-1])
+    for d in sorted((d1, d2)):
+        shape.insert(d, size)
+    return call("diagonal_grad", input, shape=tuple(shape), offset=offset, dim1=d1, dim2=d2)
+
+
+def diag(input: Tensor, diagonal: int = 0):
+    if input.ndim == 1:
+        return diag_embed(input, diagonal, 0, 1)
+    if input.ndim == 2:
+        return call("diagonal_copy", input, offset=diagonal, dim1=0, dim2=1)
+    raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
+
+
+def diagflat(input: Tensor, offset: int = 0):
+    return diag_embed(reshape(input, -1), offset, 0, 1)
+
+
+def trace(input: Tensor):
+    if input.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
+    return call("diagonal_copy", input, offset=0, dim1=0, dim2=1).sum()
+
+
+def _tri_indices(op, lower, row, col, offset, dtype, device):
+    from ..._core import dtype as dt
+    from .creation import tensor as _tensor
+
+    row, col, offset = _int(row, "row"), _int(col, "col"), _int(offset, "offset")
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    dtype = dt.int64 if dtype is None else dt.as_dtype(dtype)
+    if dtype not in (dt.int64, dt.int32):
+        raise RuntimeError(f"\"{op}\" not implemented for '{dtype}'")
+    rows, cols = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
+    return _tensor(np.stack([rows, cols]).astype(np.int64).reshape(2, -1), dtype=dtype,
+                   device=device)
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _tri_indices("tril_indices", True, row, col, offset, dtype, device)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _tri_indices("triu_indices", False, row, col, offset, dtype, device)
+
+
+def block_diag(*tensors):
+    from ..._core import dtype as dt
+    from .creation import zeros
+
+    mats = []
+    for i, x in enumerate(_tensor_list("block_diag", tensors)):
+        if x.ndim > 2:
+            raise RuntimeError(f"torch.block_diag: Input tensors must have 2 or fewer "
+                               f"dimensions. Input {i} has {x.ndim} dimensions")
+        mats.append(reshape(x, (1, x.numel())) if x.ndim == 1 else
+                    reshape(x, (1, 1)) if x.ndim == 0 else x)
+    if not mats:
+        return zeros(1, 0)
+    dtype = mats[0].dtype
+    for m in mats[1:]:
+        dtype = dt.promote_types(dtype, m.dtype)
+    width = sum(m.shape[1] for m in mats)
+    rows, left = [], 0
+    for m in mats:
+        if m.dtype is not dtype:
+            m = call("to_dtype", m, dtype=dtype)
+        right = width - left - m.shape[1]
+        rows.append(call("pad", m, pad=(left, right), mode="constant", value=None))
+        left += m.shape[1]
+    return cat(rows, 0)
+
+
+def cartesian_prod(*tensors):
+    tensors = _tensor_list("cartesian_prod", tensors)
+    for x in tensors:
+        if x.ndim != 1:
+            raise RuntimeError(f"Expect a 1D vector, but got shape {list(x.shape)}")
+    if len(tensors) == 1:
+        return tensors[0]
+    grids = meshgrid(*tensors, indexing="ij")
+    return stack([reshape(g, -1) for g in grids], 1)
+
+
+def combinations(input: Tensor, r: int = 2, with_replacement: bool = False):
+    import itertools
+
+    from ..._core import dtype as dt
+    from .creation import tensor as _tensor
+
+    if input.ndim != 1:
+        raise RuntimeError(f"Expect a 1D vector, but got shape {list(input.shape)}")
+    r = _int(r, "r")
+    if r < 0:
+        raise RuntimeError(f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return call("narrow", input, dim=0, start=0, length=0)
+    pick = itertools.combinations_with_replacement if with_replacement else (
+        itertools.combinations)
+    idx = np.asarray(list(pick(range(input.shape[0]), r)), np.int64).reshape(-1, r)
+    flat = _tensor(idx.reshape(-1), dtype=dt.int64, device=input._where())
+    out = call("index_select", input, flat, dim=0)
+    return reshape(out, (idx.shape[0], r))
+
+
+def rot90(input: Tensor, k: int = 1, dims=(0, 1)):
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    if input.ndim < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {input.ndim}")
+    if dims[0] == dims[1] or abs(dims[0] - dims[1]) == input.ndim:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {dims[0]} "
+                           f"and dim1 = {dims[1]}")
+    d0 = normalize_dim("rot90", dims[0], input.ndim)
+    d1 = normalize_dim("rot90", dims[1], input.ndim)
+    k = _int(k, "k") % 4
+    if k == 1:
+        return transpose(call("flip", input, dims=(d1,)), d0, d1)
+    if k == 2:
+        return call("flip", input, dims=(d0, d1))
+    if k == 3:
+        return transpose(call("flip", input, dims=(d0,)), d0, d1)
+    return call("clone", input)
+
+
+def diff(input: Tensor, n: int = 1, dim: int = -1, prepend=None, append=None):
+    if input.ndim == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    n = _int(n, "n")
+    if n < 0:
+        raise RuntimeError(f"order must be non-negative but got {n}")
+    d = normalize_dim("diff", dim, input.ndim)
+    parts = [p for p in (prepend, input, append) if p is not None]
+    for p in parts:
+        if not isinstance(p, Tensor):
+            raise TypeError(f"diff(): argument 'prepend'/'append' must be Tensor, not "
+                            f"{type(p).__name__}")
+        if p.ndim != input.ndim:
+            raise RuntimeError("diff expects prepend or append to be the same dimension as "
+                               "input")
+    x = cat(parts, d) if len(parts) > 1 else input
+    for _ in range(n):
+        length = x.shape[d]
+        if length == 0:
+            break
+        hi = call("narrow", x, dim=d, start=1, length=length - 1)
+        lo = call("narrow", x, dim=d, start=0, length=length - 1)
+        x = hi.logical_xor(lo) if x.dtype.name == "bool" else hi - lo
+    return x
+
+
+def narrow_copy(input: Tensor, dim: int, start, length: int):
+    return call("clone", narrow(input, dim, start, length))
+
+
+def _unfold_method(self: Tensor, dimension: int, size: int, step: int):
+    """Tensor.unfold: windows of `size` every `step` along `dimension`, as a new last axis
+    (a copy here: the primitives have no overlapping strided views)."""
+    from ..._core import dtype as dt
+    from .creation import tensor as _tensor
+
+    size, step = _int(size, "size"), _int(step, "step")
+    x = reshape(self, (1,)) if self.ndim == 0 else self
+    d = normalize_dim("unfold", dimension, max(self.ndim, 1))
+    n = x.shape[d]
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is "
+                           f"{size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    if size < 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
+    count = (n - size) // step + 1
+    idx = (np.arange(count, dtype=np.int64)[:, None] * step
+           + np.arange(size, dtype=np.int64)[None, :]).reshape(-1)
+    picked = call("index_select", x, _tensor(idx, dtype=dt.int64, device=x._where()), dim=d)
+    out = movedim(unflatten(picked, d, (count, size)), d + 1, -1)
+    return reshape(out, (size,)) if self.ndim == 0 else out
+
+
+# -- in-place view ops (squeeze_, t_, ...): the tensor takes the view's layout ---------------
+def _become_view(self: Tensor, view: Tensor) -> Tensor:
+    from ..interpreter import check_inplace
+
+    check_inplace("view_", self)
+    self._blob, self._meta = view._blob, view._meta
+    self._strides, self._offset = view._strides, view._offset
+    self._gl = view._gl
+    if view._base is not None and view._base is not self:
+        self._base, self._view_chain = view._base, view._view_chain
+    if view._grad_fn is not None:
+        self._grad_fn, self._output_nr = view._grad_fn, view._output_nr
+        self._grad_fn_version = view._grad_fn_version
+    return self
+
+
+def _inplace_view(fn):
+    def method(self, *args, **kwargs):
+        return _become_view(self, fn(self, *args, **kwargs))
+
+    method.__name__ = fn.__name__ + "_"
+    return method
+
+
+def _resize_(self: Tensor, *sizes, memory_format=None):
+    """Tensor.resize_: the same memory when the size shrinks or stays; grown tensors get a
+    new contiguous buffer holding the old elements first (torch leaves the rest
+    uninitialised; here they are zeros)."""
+    from .. import interpreter
+    from .creation import zeros
+
+    shape = shape_args("resize_", sizes)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: "
+                           f"{list(shape)}")
+    if self._requires_grad and interpreter.is_grad_enabled():
+        raise RuntimeError("cannot resize variables that require grad")
+    numel = 1
+    for s in shape:
+        numel *= s
+    if shape == self._meta.shape:
+        return self
+    if self.is_contiguous() and numel <= self.numel():
+        flat = call("view", self, shape=(self.numel(),))
+        new = call("view", call("narrow", flat, dim=0, start=0, length=numel), shape=shape)
+    else:
+        new = zeros(max(numel, self.numel()), dtype=self.dtype, device=self._where())
+        call("narrow", new, dim=0, start=0, length=self.numel()).copy_(reshape(self, -1))
+        new = reshape(call("narrow", new, dim=0, start=0, length=numel), shape)
+    Tensor.data.fset(self, new.detach())
+    return self
+
+
+def _resize_as_(self: Tensor, other: Tensor, memory_format=None):
+    return _resize_(self, tuple(other.shape))
+
+
+def _sum_to_size(self: Tensor, *size):
+    shape = shape_args("sum_to_size", size)
+    from ..._core.errors import broadcast_shapes as _bshapes
+
+    try:
+        ok = _bshapes("sum_to_size", shape, self._meta.shape) == self._meta.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size "
+                           f"{{{list(self.shape)}}}.")
+    lead = self.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and self.shape[lead + i] != 1)
+    out = self.sum(dims, keepdim=True) if dims else self
+    return reshape(out, shape) if lead else out
+
+
 METHODS = {
     "view": view, "reshape": reshape, "expand": expand, "expand_as": expand_as,
     "permute": permute, "transpose": transpose, "t": t, "contiguous": contiguous,
@@ -448,6 +914,17 @@ METHODS = {
     "fliplr": fliplr, "flipud": flipud, "roll": roll, "tril": tril, "triu": triu,
     "tril_": inplace_method("tril_", tril), "triu_": inplace_method("triu_", triu),
     "repeat": _repeat_method, "repeat_interleave": repeat_interleave,
+    "broadcast_to": broadcast_to, "diag": diag, "diag_embed": diag_embed,
+    "diagflat": diagflat, "trace": trace, "rot90": rot90, "diff": diff,
+    "narrow_copy": narrow_copy, "unfold": _unfold_method,
+    "hsplit": hsplit, "vsplit": vsplit, "dsplit": dsplit,
+    "split_with_sizes": split_with_sizes, "unsafe_split": unsafe_split,
+    "unsafe_chunk": unsafe_chunk, "unsafe_split_with_sizes": unsafe_split_with_sizes,
+    "tile": lambda self, *dims: tile(self, shape_args("tile", dims)), "sum_to_size": _sum_to_size,
+    "squeeze_": _inplace_view(squeeze), "unsqueeze_": _inplace_view(unsqueeze),
+    "t_": _inplace_view(t), "transpose_": _inplace_view(transpose),
+    "swapaxes_": _inplace_view(transpose), "swapdims_": _inplace_view(transpose),
+    "resize_": _resize_, "resize_as_": _resize_as_,
 }
 
 __all__ = [
@@ -457,4 +934,10 @@ __all__ = [
     "repeat_interleave", "reshape", "roll", "select", "split", "squeeze", "stack", "swapaxes",
     "swapdims", "t", "tensor_split", "transpose", "tril", "triu", "unbind", "unflatten",
     "unsqueeze", "view",
+    "atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "broadcast_shapes",
+    "broadcast_tensors", "broadcast_to", "cartesian_prod", "column_stack", "combinations",
+    "diag", "diag_embed", "diagflat", "diff", "dsplit", "dstack", "hsplit", "hstack",
+    "meshgrid", "narrow_copy", "rot90", "row_stack", "split_with_sizes", "tile", "trace",
+    "tril_indices", "triu_indices", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes",
+    "vsplit", "vstack",
 ]
