@@ -9,9 +9,10 @@ MASTER_PORT set as torchrun and OneFlow's launcher set them (MASTER_* name the f
 and port 29500 unless already set; MPI does the rendezvous, they are for scripts that read
 them, and `init_process_group(init_method="env://")` checks RANK and WORLD_SIZE).
 `python -m mpi4py` aborts the whole job when a rank's script raises (sbpflow's own handlers do
-the same under a plain `mpiexec -n N python script.py`). The exit status is mpiexec's; when it
-is not 0 the launcher adds which ranks failed and how (read from hydra's
-`-print-all-exitcodes`), which also names a rank that crashed without a Python error.
+the same under a plain `mpiexec -n N python script.py`). When the job fails the launcher adds
+which ranks failed and how (read from hydra's `-print-all-exitcodes`), which also names a rank
+that crashed without a Python error. The exit status is mpiexec's, except that a job whose
+first failure is a rank exiting with status n (`os._exit(n)`, say) ends with n.
 
 With `--hostfile` (one machine per line, hydra's format `host[:slots]`; slots are ignored),
 N ranks run on each machine, ranks 0..N-1 on the first line's machine, and so on. mpiexec
@@ -147,7 +148,7 @@ _MARK = b"[mpiexec@"
 def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
     """Copy mpiexec's stdout to ours as it comes; return its "Exit codes:" line, held back.
 
-    Lines that look like hydra's failure report are also kept in `hydra_lines`.
+    Lines that name an MPI_Abort caller are also kept in `hydra_lines`.
     """
     exit_line, hold = None, b""
     while True:
@@ -160,7 +161,7 @@ def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
                 exit_line = line.decode(errors="replace")
             else:
                 out.write(line + b"\n")
-                if hydra_lines is not None and (line.startswith(b"=") or b"MPI_Abort" in line):
+                if hydra_lines is not None and b"MPI_Abort" in line:
                     hydra_lines += line[-512:] + b"\n"
                     del hydra_lines[:-8192]
         # A partial line goes out at once (progress bars, prompts), unless it may be ours.
@@ -240,18 +241,18 @@ def _die_with_parent(parent: int) -> None:
 class _RankWatch:
     """Watches this machine's ranks, to tell which one ended first.
 
-    hydra's own report names a bystander as often as the rank that failed, and kills the
-    others with the same SIGKILL, so their statuses alone cannot tell. This thread finds the
+    hydra kills the others with the same SIGKILL the failed rank may have died of, and its
+    "BAD TERMINATION" report may name one of them, so neither tells. This thread finds the
     ranks in /proc (by a marker in their environment), holds a pidfd for each, and records
-    which rank's process ended first. It looks for ranks every `POLL_S` for at most
-    `LOOK_S` seconds, and stops at the first end or when told to.
+    the order the ranks' processes ended in. It looks for ranks every `POLL_S` for at most
+    `LOOK_S` seconds, and stops when every rank found has ended or when told to.
     """
 
     POLL_S = 0.2
     LOOK_S = 60.0
 
     def __init__(self, launch_id: str, world_size: int):
-        self.first_ended: list[int] = []  # ranks seen ended in the same instant, first of all
+        self.ended: list[list[int]] = []  # ranks whose processes ended, batch by batch
         self._pids: dict[int, int] = {}
         self._marker = f"{_LAUNCH_ID}={launch_id}".encode()
         self._world_size = world_size
@@ -277,30 +278,34 @@ class _RankWatch:
     def _run(self) -> None:
         import select
 
-        poller, fds = select.poll(), {}
+        poller, fds, watched = select.poll(), {}, set()
         deadline = time.monotonic() + self.LOOK_S
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and (fds or len(watched) < self._world_size):
                 if len(self._pids) < self._world_size and time.monotonic() < deadline:
                     self._scan()
                 for pid, rank in self._pids.items():
-                    if rank in fds.values():
+                    if rank in watched:
                         continue
+                    watched.add(rank)
                     try:
                         fd = os.pidfd_open(pid)
                     except OSError:  # already gone, or no pidfds: this rank is not watched
-                        fds[-1 - rank] = rank
                         continue
                     fds[fd] = rank
                     poller.register(fd, select.POLLIN)
-                ended = [fds[fd] for fd, _ in poller.poll(self.POLL_S * 1000)]
-                if ended:
-                    self.first_ended = sorted(ended)
-                    return
+                ready = [fd for fd, _ in poller.poll(self.POLL_S * 1000)]
+                if ready:
+                    self.ended.append(sorted(fds[fd] for fd in ready))
+                for fd in ready:
+                    poller.unregister(fd)
+                    os.close(fd)
+                    del fds[fd]
+                if not fds and len(self._pids) < self._world_size and time.monotonic() >= deadline:
+                    return  # ranks on other machines: nothing left to watch here
         finally:
             for fd in fds:
-                if fd >= 0:
-                    os.close(fd)
+                os.close(fd)
 
     def stop(self) -> None:
         self._stop.set()
@@ -309,9 +314,12 @@ class _RankWatch:
 
 def _culprit(output: bytes, watch: _RankWatch, statuses: list[int]) -> int | None:
     """The rank that failed first, when it can be told; None otherwise."""
-    failed_first = [r for r in watch.first_ended if r < len(statuses) and statuses[r] != 0]
-    if len(failed_first) == 1:
-        return failed_first[0]
+    for batch in watch.ended:  # the first ranks seen ending with a failure
+        failed = [r for r in batch if r < len(statuses) and statuses[r] != 0]
+        if len(failed) == 1:
+            return failed[0]
+        if failed:
+            break  # ended in the same instant: cannot tell which was first
     m = _ABORT_RANK.search(output)
     if m:
         return int(m.group(1))
@@ -326,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     sys.stdout.flush()
     launch_id = uuid.uuid4().hex
-    world_size = sum(1 for arg in cmd if arg == "RANK")
+    world_size = nproc * (len(read_hostfile(hostfile)) if hostfile else 1)
     # mpiexec's stdout is relayed (to read which rank failed from its exit-code line);
     # stdin and stderr are shared as they are.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
@@ -352,14 +360,21 @@ def main(argv: list[str] | None = None) -> None:
         watch.stop()
         if proc.poll() is None:  # the launcher itself failed: never leave the job behind
             proc.terminate()
+    status = code if code >= 0 else 128 - code
     if code != 0:
         statuses = rank_statuses(exit_line) if exit_line else []
-        failures = describe_failures(statuses, _culprit(bytes(tail), watch, statuses))
+        culprit = _culprit(bytes(tail), watch, statuses)
+        failures = describe_failures(statuses, culprit)
         sys.stderr.write(
             f"sbpflow.distributed.launch: the job failed (mpiexec exit status {code})"
             + (": " + "; ".join(failures) if failures else "") + "\n"
         )
-    raise SystemExit(code if code >= 0 else 128 - code)
+        cause = first_failure(statuses, culprit)
+        if cause is not None and os.WIFEXITED(statuses[cause]) and statuses[cause]:
+            # The job ends with the status the failing rank's script ended with, as a single
+            # process would (hydra may report the signal it then sent the others instead).
+            status = os.WEXITSTATUS(statuses[cause])
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":

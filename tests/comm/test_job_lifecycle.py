@@ -53,6 +53,13 @@ def test_builtin_exit_under_plain_mpiexec_ends_the_job():
     assert "rank 1: exit(3) (rank 1 of 2); ending the job" in job.stderr, job.output
 
 
+def test_os_exit_on_one_rank_ends_the_launched_job_with_its_status():
+    job = run_job(launcher_cmd(2, script("end_script.py"), "os_exit", "5"), timeout=60)
+    assert job.returncode == 5 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "rank 1 exited with status 5 (the first failure)" in job.stderr, job.output
+
+
 @pytest.mark.parametrize("how", ["raise_all", "exit_all"])
 def test_system_exit_zero_on_every_rank_is_a_clean_end(how):
     job = run_job(launcher_cmd(2, script("end_script.py"), how, "0"), timeout=60)
@@ -129,6 +136,30 @@ def test_signal_to_the_launcher_ends_every_process_of_the_job(sig):
         assert not left, f"left running after {sig.name} to the launcher:\n" + "\n".join(left)
         if sig != signal.SIGKILL:
             assert proc.returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        _kill_marked(tag, grace=0)
+
+
+def test_ctrl_c_at_a_terminal_ends_every_process_of_the_job():
+    # A terminal sends SIGINT to the whole foreground process group: the launcher forwards it
+    # to mpiexec, which gets it directly too. Twice is as good as once.
+    tag = uuid.uuid4().hex
+    env = job_env({_MARKER: tag})
+    proc = subprocess.Popen(launcher_cmd(2, script("end_script.py"), "loop"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, cwd=REPO, env=env, text=True,
+                            start_new_session=True)
+    try:
+        _wait_ready(proc, 2, timeout=60)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=GONE_WITHIN_S)
+        left = _gone_within(tag, GONE_WITHIN_S)
+        assert not left, "left running after Ctrl-C:\n" + "\n".join(left)
+        assert proc.returncode != 0
     finally:
         if proc.poll() is None:
             proc.kill()

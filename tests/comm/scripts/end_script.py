@@ -8,6 +8,7 @@ Modes (argv[2] is the status or the rank):
 - caught N: rank 1 calls `sys.exit(N)` and `exit(N)` inside try/except SystemExit, then
   every rank runs to the end of the script;
 - sigkill R: rank R kills itself by SIGKILL while the others wait in an all_reduce;
+- os_exit N: rank 1 ends by `os._exit(N)` while the others wait in an all_reduce;
 - loop: every rank prints "rank R: ready" and then trains (all_reduce and sleep) for a
   minute, for tests that signal the launcher.
 """
@@ -44,6 +45,8 @@ if mode == "caught" and world.rank == 1:
             stop(arg)
         except SystemExit:
             pass
+if mode == "os_exit" and world.rank == 1:
+    os._exit(arg)
 if mode == "sigkill" and world.rank == arg:
     os.kill(os.getpid(), signal.SIGKILL)
 if mode == "loop":
