@@ -358,7 +358,8 @@ CHECK_ENV = "SBPFLOW_CHECK_DIVERGENCE"
 FULL_CHECK_ENV = "SBPFLOW_CHECK_GLOBAL"
 DEFAULT_FIRST = 64
 DEFAULT_EVERY = 64
-HISTORY = 256  # calls each sequence remembers, to name the first difference
+HISTORY = 256  # calls each sequence remembers, to name the first difference (a power of 2)
+_SLOT = HISTORY - 1
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -417,7 +418,13 @@ def divergence_check_enabled() -> bool:
 # broadcast (flow.comm, torch.distributed) pin it when issued; other collectives carry none.
 _steps = 0
 _main_ident = threading.main_thread().ident
-_pinned = threading.local()
+
+
+class _Pinned(threading.local):
+    step = None  # a class default: reading it raises nothing (a missing attribute is slow)
+
+
+_pinned = _Pinned()
 
 
 def note_backward() -> None:
@@ -445,7 +452,7 @@ def _current_step() -> int:
     # Only a count pinned at issue time is compared (-1: none). The thread that runs a
     # collective says nothing: the VM runs one inline on the issuing thread on one rank and
     # on its comm stream's worker, after the next backward may have begun, on another.
-    step = getattr(_pinned, "step", None)
+    step = _pinned.step
     return -1 if step is None else step
 
 
@@ -461,20 +468,29 @@ class DivergenceError(RuntimeError, ValueError):
 class SequenceCheck:
     """The running fingerprint of one sequence of calls that every rank makes alike."""
 
-    __slots__ = ("what", "count", "hash", "history")
+    __slots__ = ("what", "count", "hash", "ring", "since")
 
     def __init__(self, what: str):
         self.what = what
         self.count = 0
         self.hash = 0
-        self.history: collections.deque = collections.deque(maxlen=HISTORY)
+        self.ring: list = [None] * HISTORY  # call c's entry at c & _SLOT
+        self.since = 1  # the first call the ring may still hold
 
-    def note(self, fingerprint: int, entry) -> bool:
-        """Fold one call in; True when this call is to be compared across ranks."""
+    def note(self, key, entry) -> bool:
+        """Fold one call in (`key`: a hashable of ints, the same on every rank for the same
+        call); True when this call is to be compared across ranks. The hot path: keep lean."""
         self.count = count = self.count + 1
-        self.hash = hash((self.hash, fingerprint))
-        self.history.append((count, entry))
-        return DIVERGENCE.due(count)
+        self.hash = hash((self.hash, key))
+        self.ring[count & _SLOT] = entry
+        d = DIVERGENCE
+        return d.full or count <= d.first or not count % d.every
+
+    @property
+    def history(self) -> list:
+        """(call index, entry) of the calls remembered, oldest first."""
+        start = max(self.since, self.count - HISTORY + 1)
+        return [(c, self.ring[c & _SLOT]) for c in range(start, self.count + 1)]
 
     def compare(self, allgather, describe, ranks, where: str) -> None:
         """Compare (count, hash) across ranks; on a difference exchange the remembered calls
@@ -490,7 +506,7 @@ class SequenceCheck:
         # Every rank saw the same table: restart the sequence from the same state everywhere,
         # so a caller that catches the error is not failed again by this difference.
         self.hash = hash(tuple(int(h) for h in table[:, 1]))
-        self.history.clear()
+        self.since = self.count + 1
         raise DivergenceError(message)
 
 
@@ -503,7 +519,7 @@ class _DivergenceTexts:
     def _mine(self) -> np.ndarray:
         n = HISTORY
         buf = np.zeros((n, 8 + self.ENTRY_BYTES), np.uint8)
-        for i, (count, entry) in enumerate(list(self.seq.history)[-n:]):
+        for i, (count, entry) in enumerate(self.seq.history[-n:]):
             buf[i, :8] = np.frombuffer(np.int64(count).tobytes(), np.uint8)
             raw = self.describe(entry).encode()[: self.ENTRY_BYTES]
             buf[i, 8:8 + len(raw)] = np.frombuffer(raw, np.uint8)

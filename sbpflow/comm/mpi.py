@@ -65,7 +65,7 @@ _F32 = np.dtype(np.float32)
 
 
 # The divergence check's descriptor of a collective: ints only (see communicator.SequenceCheck)
-# (op code, dtype code, reduce op or root, backward passes, whole shape (1) or rows (0), *dims)
+# (op code, dtype code, reduce op or root, backward passes, whole shape (1) or rows (0), dims)
 _OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
              "gather", "scatter", "barrier", "create_group", "node_count")
 _OP_CODES = {name: i for i, name in enumerate(_OP_NAMES)}
@@ -74,12 +74,13 @@ _REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _ROP_NAMES = tuple(o.value for o in ReduceOp)
 _ROP_CODES = {o: i for i, o in enumerate(ReduceOp)}
 _DTYPE_NAMES = tuple(str(d) for d in _DTYPE_CODES)
+_pinned = _cc._pinned
 
 
 def _describe_call(entry) -> str:
     """A collective's descriptor as text: 'all_reduce (float32 [4], op sum) after 3 backward
     passes'."""
-    op, dt, arg, step, whole, *dims = entry
+    op, dt, arg, step, whole, dims = entry
     name = _OP_NAMES[op] if 0 <= op < len(_OP_NAMES) else f"<collective {op}>"
     parts = []
     if dt >= 0:
@@ -168,12 +169,15 @@ class MpiCommunicator(Communicator):
     def _check(self, op: str, a, arg: int = -1, whole: bool = True) -> None:
         """Fold this collective into the running fingerprint; on a sampled call compare it
         across ranks (before the data moves, so a mismatch never returns garbage)."""
+        step = _pinned.step
+        if step is None:  # never None in a fingerprint: hash(None) differs between processes
+            step = -1
         if a is None:
-            entry = (_OP_CODES[op], -1, arg, _cc._current_step(), 1)
+            entry = (_OP_CODES[op], -1, arg, step, 1, ())
         else:
-            entry = (_OP_CODES[op], _DTYPE_CODES.get(a.dtype, -1), arg, _cc._current_step(),
-                     1 if whole else 0, *(a.shape if whole else a.shape[1:]))
-        if self._divergence.note(hash(entry), entry):
+            entry = (_OP_CODES[op], _DTYPE_CODES.get(a.dtype, -1), arg, step,
+                     1 if whole else 0, a.shape if whole else a.shape[1:])
+        if self._divergence.note(entry, entry):
             self._compare(self._divergence, self._check_comm, _describe_call)
 
     def _compare(self, seq: SequenceCheck, comm, describe) -> None:
