@@ -269,3 +269,44 @@ def test_crash_during_snapshot_keeps_the_previous_one(tmp_path):
     assert loader.returncode == 0, loader.stderr
     saved, loaded = np.load(out + "-saved.npz"), np.load(out + "-loaded.npz")
     np.testing.assert_array_equal(loaded["rows"], saved["rows"])
+
+
+def test_store_option_builders(tmp_path):
+    dev = oe.make_device_mem_store_options(str(tmp_path / "d"), capacity=100, size_factor=2)
+    assert dev["kv_store"]["caches"][0]["policy"] == "full" and dev["size_factor"] == 2
+    host = oe.make_cached_host_mem_store_options(1, [str(tmp_path / "h0")], capacity=100)
+    assert [c["policy"] for c in host["kv_store"]["caches"]] == ["lru", "full"]
+    ssd = oe.make_cached_ssd_store_options(2, str(tmp_path), capacity=100,
+                                           host_cache_budget_mb=3, physical_block_size=512)
+    assert [c["cache_memory_budget_mb"] for c in ssd["kv_store"]["caches"]] == [2, 3]
+    e_dev = oe.MultiTableEmbedding("d", D, flow.float, flow.int64, None, dev)
+    assert e_dev.store.cache_lines == 100 and e_dev.store.storage_dim == 2 * D
+    e_host = oe.MultiTableEmbedding("h", D, flow.float, flow.int64, None, host)
+    assert e_host.store.path == str(tmp_path / "h0")  # a list names each rank's path
+    assert e_host.store.cache_lines == 2**20 // (4 * D + 17) + 100
+    assert oe.make_table({"type": "normal", "mean": 0, "std": 1}) == {
+        "initializer": {"type": "normal", "mean": 0, "std": 1}}
+    with pytest.raises(ValueError, match="physical_block_size"):
+        oe.make_cached_ssd_store_options(1, str(tmp_path), physical_block_size=1000)
+    with pytest.raises(ValueError, match="1 ranks"):
+        oe.MultiTableEmbedding("x", D, flow.float, flow.int64, None,
+                               oe.make_device_mem_store_options(["a", "b"], 10))
+    with pytest.raises(NotImplementedError, match="float32"):
+        oe.MultiTableEmbedding("x", D, flow.float64, flow.int64, None, dev)
+    with pytest.raises(TypeError, match="int"):
+        oe.MultiTableEmbedding("x", [2, 2], flow.float, flow.int64, None, dev)
+
+
+def test_lookup_inside_graph_says_not_offered(tmp_path):
+    emb = _embedding(tmp_path, 1)
+
+    class G(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.emb = emb
+
+        def build(self, ids):
+            return self.emb(ids)
+
+    with pytest.raises(NotImplementedError, match="nn.Graph"):
+        G()(flow.tensor([1, 2]))
