@@ -60,6 +60,21 @@ def test_os_exit_on_one_rank_ends_the_launched_job_with_its_status():
     assert "rank 1 exited with status 5 (the first failure)" in job.stderr, job.output
 
 
+def test_sigterm_to_a_rank_ends_the_job_naming_it():
+    job = run_job(launcher_cmd(2, script("end_script.py"), "sigterm", "1"), timeout=60)
+    assert job.returncode != 0 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "rank 1 was killed by signal 15 (SIGTERM) (the first failure)" in job.stderr, (
+        job.output)
+
+
+def test_sigint_to_a_rank_ends_the_job_naming_it():
+    job = run_job(launcher_cmd(2, script("end_script.py"), "sigint", "1"), timeout=60)
+    assert job.returncode == 130 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "rank 1: uncaught KeyboardInterrupt" in job.stderr, job.output
+
+
 @pytest.mark.parametrize("how", ["raise_all", "exit_all"])
 def test_system_exit_zero_on_every_rank_is_a_clean_end(how):
     job = run_job(launcher_cmd(2, script("end_script.py"), how, "0"), timeout=60)

@@ -7,7 +7,8 @@ Modes (argv[2] is the status or the rank):
 - raise_all N / exit_all N: every rank ends so after one all_reduce;
 - caught N: rank 1 calls `sys.exit(N)` and `exit(N)` inside try/except SystemExit, then
   every rank runs to the end of the script;
-- sigkill R: rank R kills itself by SIGKILL while the others wait in an all_reduce;
+- sigkill R / sigterm R / sigint R: rank R sends itself that signal while the others wait in
+  an all_reduce;
 - os_exit N: rank 1 ends by `os._exit(N)` while the others wait in an all_reduce;
 - loop: every rank prints "rank R: ready" and then trains (all_reduce and sleep) for a
   minute, for tests that signal the launcher.
@@ -47,8 +48,9 @@ if mode == "caught" and world.rank == 1:
             pass
 if mode == "os_exit" and world.rank == 1:
     os._exit(arg)
-if mode == "sigkill" and world.rank == arg:
-    os.kill(os.getpid(), signal.SIGKILL)
+if mode in ("sigkill", "sigterm", "sigint") and world.rank == arg:
+    os.kill(os.getpid(), getattr(signal, mode.upper()))
+    time.sleep(30)  # a signal Python handles (SIGINT) is acted on here
 if mode == "loop":
     sys.stdout.write(f"rank {world.rank}: ready\n")
     sys.stdout.flush()
