@@ -7,7 +7,7 @@ collective would wait for the collective timeout (600 s by default). So every ra
 multi-process job runs a small daemon thread that exchanges heartbeats over MPI on a private
 duplicate of the world communicator, in a star around rank 0: rank 0 beats to every rank and
 every rank beats to rank 0, once per `interval` seconds. A rank that has heard nothing from a
-peer it watches for `heartbeat_timeout()` seconds (`SBPFLOW_HEARTBEAT_TIMEOUT`, default 10;
+peer it watches for `heartbeat_timeout()` seconds (`SBPFLOW_HEARTBEAT_TIMEOUT`, default 20;
 0 turns heartbeats off) prints which rank, on which host, went silent, and aborts the job.
 
 Host names are hydra's (`PMI_HOSTNAME`, the host as the hostfile names it), else the machine's
@@ -26,10 +26,11 @@ import time
 
 from .faults import abort_job
 
-DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_TIMEOUT_S = 20.0
 TIMEOUT_ENV = "SBPFLOW_HEARTBEAT_TIMEOUT"
 _TAG = 7311
-_BEAT = 1
+_BEAT, _BYE = 1, 2
+BYE_WAIT_S = 5.0  # at the end, how long to wait for the peers' last message
 _HOST_BYTES = 256
 
 _heart: Heartbeat | None = None
@@ -71,6 +72,7 @@ class Heartbeat:
         self._out: list = []  # sends in flight, with their buffers
         self._beat = bytearray([_BEAT])
         self._in = bytearray(1)
+        self._byes: set[int] = set()
         self._status = mpi.Status()
         self._recv = comm.Irecv([self._in, mpi.BYTE], mpi.ANY_SOURCE, _TAG)
         self._stop = threading.Event()
@@ -116,8 +118,11 @@ class Heartbeat:
 
     def _hear(self, now: float) -> None:
         while self._recv.Test(self._status):
-            source = self._status.Get_source()
-            if source in self.last_heard:
+            source, kind = self._status.Get_source(), self._in[0]
+            if kind == _BYE:  # that peer has ended: nothing more comes from it
+                self._byes.add(source)
+                self.last_heard.pop(source, None)
+            elif source in self.last_heard:
                 self.last_heard[source] = now
             self._recv = self._comm.Irecv([self._in, self._mpi.BYTE], self._mpi.ANY_SOURCE,
                                           _TAG)
@@ -129,7 +134,7 @@ class Heartbeat:
                               self._beat))
 
     def _lost(self, now: float) -> int | None:
-        for peer, heard in self.last_heard.items():
+        for peer, heard in list(self.last_heard.items()):
             if now - heard > self.timeout:
                 return peer
         return None
@@ -145,19 +150,29 @@ class Heartbeat:
 
     # -- shutdown -----------------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop the thread and withdraw its receive, so MPI can be finalized."""
+        """Stop the thread, say goodbye to the peers and hear theirs, withdraw the receive.
+
+        Every peer's last message is a goodbye (messages between two ranks arrive in order),
+        so once each peer's has arrived nothing is left unreceived when MPI is finalized.
+        """
         self._stop.set()
         self._thread.join(timeout=2.0)
-        if self._recv is not None:
-            self._recv.Cancel()
-            self._recv.Wait()
-            self._recv = None
-        # Beats are one byte: sent eagerly, they complete without the peer's receive.
-        deadline = time.monotonic() + 1.0
+        if self._recv is None:
+            return
+        bye = bytearray([_BYE])
+        for peer in self.peers:
+            self._out.append((self._comm.Isend([bye, self._mpi.BYTE], peer, _TAG), bye))
+        deadline = time.monotonic() + BYE_WAIT_S
+        while not self._byes.issuperset(self.peers) and time.monotonic() < deadline:
+            self._hear(time.monotonic())
+            time.sleep(0.002)
+        self._recv.Cancel()
+        self._recv.Wait()
+        self._recv = None
         while self._out and time.monotonic() < deadline:
             self._out = [(req, buf) for req, buf in self._out if not req.Test()]
             if self._out:
-                time.sleep(0.01)
+                time.sleep(0.002)
 
 
 def start() -> Heartbeat | None:

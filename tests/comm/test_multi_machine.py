@@ -3,9 +3,11 @@
 Data-parallel training with one rank on each "machine" equals single-process training. Then
 faults on the other machine: its rank killed, the link between the machines cut, the rank
 frozen (SIGSTOP). Each ends the job within `ENDS_WITHIN_S` of the fault, with a message
-naming the lost rank's host and rank, leaves no process behind, and `--resume` from the
-last checkpoint ends with exactly the parameters of the run that had no fault. A degraded
-link (delay and loss) slows the job down but must not end it, nor change its result.
+naming the lost rank's host (and, from the heartbeat, its rank), leaves no process behind,
+and `--resume` from the last checkpoint ends with exactly the parameters of the run that had
+no fault. A degraded link (200 ms more latency each way, 5% loss: tc netem, or the harness's
+user-space relay where the kernel has no netem) slows the job down but must not end it, nor
+change its result.
 
 Needs root and iproute2 (CI has both: .ci/run installs iproute2 when missing).
 """
@@ -94,7 +96,7 @@ def _no_process_left(machines, within_s=5.0):
     raise AssertionError(f"processes left in the namespaces: {left}")
 
 
-def _fault_then_resume(machines, tmp_path, reference, inject, env=None):
+def _fault_then_resume(machines, tmp_path, reference, inject, env=None, resume=True):
     """Start training, inject a fault after step 2, check how the job ended; then resume
     from the checkpoint and check the result. Returns the faulty job's result."""
     run = tmp_path / "run"
@@ -114,6 +116,8 @@ def _fault_then_resume(machines, tmp_path, reference, inject, env=None):
     assert ended_after < ENDS_WITHIN_S, (ended_after, result.output)
     assert "rank 0: done" not in result.stdout, result.output
     _no_process_left(machines)
+    if not resume:
+        return result
 
     import sbpflow as flow
 
@@ -146,6 +150,28 @@ def test_cut_link_is_noticed_by_the_heartbeat(machines, tmp_path, reference):
 
 
 def test_frozen_rank_on_other_machine(machines, tmp_path, reference):
+    # A shorter heartbeat timeout than the default, as a user may set it (and a faster test).
     result = _fault_then_resume(
-        machines, tmp_path, reference, lambda: machines.kill_rank(1, SCRIPT, signal.SIGSTOP))
-    assert f"has heard nothing from rank 1 (host {OTHER_HOST})" in result.stderr, result.output
+        machines, tmp_path, reference, lambda: machines.kill_rank(1, SCRIPT, signal.SIGSTOP),
+        env={"SBPFLOW_HEARTBEAT_TIMEOUT": "5"}, resume=False)
+    assert f"has heard nothing from rank 1 (host {OTHER_HOST}) for 5." in result.stderr, (
+        result.output)
+
+
+def test_slow_lossy_link_changes_nothing(machines, tmp_path, reference):
+    """200 ms more latency each way and 5% of the packets lost: slower, the same result."""
+    run = tmp_path / "run"
+    run.mkdir()
+    try:
+        machines.degrade_link(200, 5)
+        result = machines.launch(1, SCRIPT, "--dir", str(run), "--steps", str(STEPS)).finish(
+            JOB_LIMIT_S)
+    finally:
+        machines.heal()
+    assert result.returncode == 0, result.output
+    assert "sbpflow heartbeat" not in result.output, result.output
+    assert f"rank 1: step {STEPS}" in result.stdout, result.output
+    _, uninterrupted, _ = reference
+    final = _final(run)
+    for name in uninterrupted:
+        np.testing.assert_array_equal(final[name], uninterrupted[name], err_msg=name)

@@ -30,7 +30,9 @@ from pathlib import Path
 PREFIX = "sbpfnt"
 IFACE = "sbpfv0"
 ADDRS = ("192.0.2.1", "192.0.2.2")  # RFC 5737 TEST-NET-1
+TUN_IFACE = "sbpft0"  # the relayed link's devices, when the kernel has no netem
 WRAPPER = Path(__file__).resolve().parent / "launcher_exec.sh"
+IMPAIR = Path(__file__).resolve().parent / "impair.py"
 REPO = Path(__file__).resolve().parents[3]
 _count = itertools.count()
 
@@ -199,6 +201,8 @@ class TwoMachines:
         self.hostfile = self.workdir / "hostfile"
         # Copied so that it is executable whatever the checkout did to file modes.
         self.wrapper = self.workdir / "launcher_exec.sh"
+        self.iface = IFACE  # the link the job uses
+        self._relay: subprocess.Popen | None = None
 
     # -- set up and tear down -----------------------------------------------------------------
     def create(self) -> TwoMachines:
@@ -222,6 +226,10 @@ class TwoMachines:
         return self
 
     def remove(self) -> None:
+        if self._relay is not None:
+            self._relay.kill()
+            self._relay.wait(timeout=10)
+            self._relay = None
         for ns in self.ns:
             if ns in namespaces():
                 remove_namespace(ns)
@@ -250,11 +258,12 @@ class TwoMachines:
             OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
             # hydra: start the other machine's proxy through the wrapper, not ssh, and
             # use the veth for the job's own connections.
-            HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=str(self.wrapper), HYDRA_IFACE=IFACE,
+            HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=str(self.wrapper),
+            HYDRA_IFACE=self.iface,
             SBPFLOW_NETNS_HOSTS=" ".join(f"{h}={ns}" for h, ns in zip(self.hosts, self.ns)),
             # Both "machines" share this kernel: make MPICH treat every rank as remote, and
             # UCX (the wheel's network layer) use TCP over the veth, not shared memory.
-            MPIR_CVAR_NOLOCAL="1", UCX_TLS="tcp,self", UCX_NET_DEVICES=IFACE,
+            MPIR_CVAR_NOLOCAL="1", UCX_TLS="tcp,self", UCX_NET_DEVICES=self.iface,
         )
         env.update(extra or {})
         return env
@@ -282,17 +291,53 @@ class TwoMachines:
     def cut_link(self) -> None:
         _ip("-n", self.ns[0], "link", "set", IFACE, "down")
 
-    def degrade_link(self, delay_ms: int, loss_pct: float) -> None:
-        """Delay and drop packets both ways (tc netem on each end)."""
-        for ns in self.ns:
-            subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", IFACE, "root", "netem",
-                            "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"],
-                           check=True, capture_output=True, timeout=10)
+    def degrade_link(self, delay_ms: int, loss_pct: float) -> str:
+        """Delay and drop packets both ways; return how ("netem" or "relay").
 
-    def heal(self) -> None:
-        """Link up, no netem, nothing left running: ready for the next job."""
-        self.kill_all()
+        With tc's netem where the kernel has it; else the veth gives way to a TUN device in
+        each namespace and `impair.py` relays the packets between them, delaying and
+        dropping them the same way (this kernel may lack sch_netem, as a container's may).
+        """
         for ns in self.ns:
+            proc = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", IFACE, "root",
+                                   "netem", "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"],
+                                  capture_output=True, text=True, timeout=10)
+            if proc.returncode != 0:
+                break
+        else:
+            return "netem"
+        for ns in self.ns:  # no netem: detach the veth, relay through TUN devices
             subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", IFACE, "root"],
                            capture_output=True, timeout=10)
+            _ip("-n", ns, "addr", "flush", "dev", IFACE)
+            _ip("-n", ns, "link", "set", IFACE, "down")
+        self._relay = subprocess.Popen(
+            [sys.executable, str(IMPAIR), *self.ns, TUN_IFACE, str(delay_ms), str(loss_pct),
+             "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        ready = self._relay.stdout.readline()  # bounded: the relay prints it or exits
+        if ready.strip() != b"ready":
+            err = self._relay.stderr.read().decode(errors="replace")
+            raise RuntimeError(f"impair.py did not start: {err}")
+        for ns, addr in zip(self.ns, ADDRS):
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", TUN_IFACE)
+            _ip("-n", ns, "link", "set", TUN_IFACE, "up")
+        self.iface = TUN_IFACE
+        return "relay"
+
+    def heal(self) -> None:
+        """Link up, no delay or loss, nothing left running: ready for the next job."""
+        self.kill_all()
+        if self._relay is not None:
+            self._relay.stdin.close()  # the relay ends; its TUN devices go with it
+            try:
+                self._relay.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._relay.kill()
+                self._relay.wait(timeout=5)
+            self._relay = None
+        self.iface = IFACE
+        for ns, addr in zip(self.ns, ADDRS):
+            subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", IFACE, "root"],
+                           capture_output=True, timeout=10)
+            _ip("-n", ns, "addr", "replace", f"{addr}/24", "dev", IFACE)
             _ip("-n", ns, "link", "set", IFACE, "up")
