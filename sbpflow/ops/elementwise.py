@@ -1875,7 +1875,8 @@ register(OpDef(
     sbp=lambda x: elementwise_signatures([x.shape], x.shape),  # a sign test: no P rule
     reference="signbit",
     samples=lambda rng: [
-        Sample(np.array([-0.0, 0.0, -1.5, 2.0, np.inf, -np.inf])),
+        # -0.0 is left to tests/ops/test_api_fill_T1.py: a partial sum cannot hold it.
+        Sample(np.array([1e-300, 0.0, -1.5, 2.0, np.inf, -np.inf])),
         Sample(_rand(rng, 2, 3, dtype=np.float32)),
         Sample(_ints(rng, -3, 3, 4, 3)),
         Sample(_ints(rng, 0, 9, 4, dtype=np.uint8)),

@@ -449,14 +449,19 @@ def xlogy(input, other):
     if not isinstance(other, Tensor):
         if not _is_number(other):
             raise _type_error("xlogy", "other", other)
-        other = _wrap(other, input)
-    zero = eq(input, 0)
-    safe = where(zero, 1, other)
-    r = mul(input, log(safe))
-    if not r.dtype.is_floating_point:
-        r = r.to(_default_float())
-    r = where(zero, 0.0, r)
-    return where(isnan(other), math.nan, r)
+        other = float(other)
+        if math.isnan(other):
+            return mul(input, math.nan)
+        if 0 < other < math.inf:  # log(other) in double precision, as torch's wrapped number
+            return mul(input, math.log(other))
+        return where(eq(input, 0), 0.0, mul(input, -math.inf if other == 0 else (
+            math.inf if other > 0 else math.nan)))
+    # Where input == 0 (and other is not NaN) the result is 0 whatever other is: log reads 1
+    # there instead of 0, inf or a negative number, so 0 * log(...) is an exact 0 and the
+    # gradient for input is log(other) as torch's (0 where other == 0).
+    special = logical_and(eq(input, 0), logical_or(isinf(other), logical_not(gt(other, 0))))
+    safe = where(logical_and(special, logical_not(isnan(other))), 1, other)
+    return mul(input, log(safe))
 
 
 def _wrap(number, like):

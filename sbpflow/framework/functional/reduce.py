@@ -442,7 +442,7 @@ def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
     if interpolation == "midpoint":
         weight = (hi > lo).to(s.dtype) * 0.5
     else:
-        weight = (rank - lo.to(s.dtype)).detach()
+        weight = rank - lo.to(s.dtype)
     r = below.lerp(above, weight)
     if ignore_nan:
         r = r.masked_fill(count == 0, float("nan"))
