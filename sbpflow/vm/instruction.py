@@ -80,10 +80,11 @@ class OpCall(Instruction):
 class Call(Instruction):
     """Run fn(*blob arrays) for effect: in-place writes, host access, collectives."""
 
-    __slots__ = ("fn", "ins", "outs")
+    __slots__ = ("fn", "ins", "outs", "kind")
 
     def __init__(self, name, site, fn, ins=(), outs=(), kind="call", small=False):
         super().__init__(name, site, small)
+        self.kind = kind  # call, release, collective, copy, ... (named in profiles)
         self.fn = fn
         self.ins = ins
         self.outs = outs
