@@ -426,3 +426,41 @@ def test_unique_sorted_on_global_tensor_device_stays():
     x = flow.tensor([3, 1, 3])
     u = flow.unique(x)
     assert u.device == x.device
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.7, 4.0, 60.0])
+def test_poisson_frequencies_follow_the_pmf(rate):
+    flow.manual_seed(5)
+    n = 20000
+    draws = flow.poisson(flow.full((n,), rate, dtype=flow.float64)).numpy()
+    assert draws.dtype == np.float64 and np.array_equal(draws, np.round(draws))
+    ks = np.arange(int(rate + 6 * math.sqrt(rate) + 6))
+    pmf = torch.distributions.Poisson(torch.tensor(rate)).log_prob(
+        torch.tensor(ks, dtype=torch.float64)).exp().numpy() if rate else (ks == 0) * 1.0
+    freq = np.array([(draws == k).mean() for k in ks])
+    # Every frequency within 5 binomial standard deviations (and 1e-3) of the pmf.
+    assert np.all(np.abs(freq - pmf) <= 5 * np.sqrt(pmf * (1 - pmf) / n) + 1e-3)
+
+
+def test_poisson_generator_repeats_and_shapes():
+    g = flow.Generator()
+    g.manual_seed(3)
+    rates = flow.tensor([[0.5, 2.0], [7.0, 0.0]], dtype=flow.float32)
+    a = flow.poisson(rates, g)
+    g.manual_seed(3)
+    b = flow.poisson(rates, generator=g)
+    assert a.shape == rates.shape and a.dtype is flow.float32
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert a.numpy()[1, 1] == 0
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.poisson(m.tensor([1, 2])),
+    lambda m: m.poisson(m.tensor([-1.0, 2.0])),
+    lambda m: m.poisson(m.tensor([math.nan, 2.0])),
+])
+def test_poisson_errors(call):
+    with pytest.raises(Exception) as t_err:
+        call(torch)
+    with pytest.raises(type(t_err.value)):
+        call(flow)

@@ -625,6 +625,47 @@ def any_(t, dim=None):
     return reduce_any(t, dim)
 
 
+_POISSON_MAX_RATE = 1e5
+
+
+def poisson(input, generator=None):
+    """A Poisson count for each rate, by inverting the CDF: one uniform draw u per element,
+    counted against the running sums F_k of the probabilities (k + 1 steps past the largest
+    rate by 12 standard deviations; the count is the number of F_k below u).  The steps
+    depend on the largest rate, read on the host; each is a few whole-tensor ops, with the
+    probabilities in log space so that large rates do not underflow.  No gradient (torch's
+    is zero)."""
+    import math
+
+    import numpy as np
+
+    from ..._core import dtype as dt
+    from .creation import rand_like
+
+    _require_tensor("poisson", "input", input)
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"poisson_cpu\" not implemented for '{_tname(input)}'")
+    rate = input.detach().to(dt.float64)
+    host = np.asarray(rate._host())
+    if host.size and not (host >= 0).all():  # NaN too
+        raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
+    top = float(host.max()) if host.size else 0.0
+    if top > _POISSON_MAX_RATE:
+        raise NotImplementedError(f"poisson(): rates above {_POISSON_MAX_RATE:g} are not "
+                                  f"supported (got {top:g})")
+    u = rand_like(rate, generator=generator)
+    log_rate = log(rate)
+    count = mul(rate, 0.0)
+    cdf = exp(neg(rate))  # P(0)
+    steps = int(math.ceil(top + 12.0 * math.sqrt(top) + 12.0))
+    for k in range(1, steps + 1):
+        count = add(count, gt(u, cdf).to(dt.float64))
+        # log P(k) = -rate + k log(rate) - log(k!); a zero rate has P(k) = 0 for k >= 1.
+        log_p = sub(sub(mul(log_rate, float(k)), rate), math.lgamma(k + 1))
+        cdf = add(cdf, exp(log_p))
+    return count.to(input.dtype)
+
+
 # -- operators ------------------------------------------------------------------------------
 def _operator(name: str):
     scalar_name = name + "_scalar"
@@ -747,5 +788,5 @@ __all__ += [n + "_" for n in _TOP_LEVEL_INPLACE]
 __all__ += [
     "allclose", "copysign", "deg2rad", "equal", "isin", "frexp", "gcd", "heaviside", "hypot",
     "isclose", "isneginf", "isposinf", "isreal", "lcm", "ldexp", "logaddexp", "logaddexp2",
-    "nextafter", "rad2deg", "signbit", "sinc", "xlogy",
+    "nextafter", "poisson", "rad2deg", "signbit", "sinc", "xlogy",
 ]
