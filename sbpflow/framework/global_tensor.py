@@ -192,7 +192,8 @@ def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _Cal
         out_gls,
         tuple(layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas, out_sbps))
         if member else (),
-        _fingerprint(_describe(opdef.name, placement, in_metas, in_sbps, attrs)),
+        _fingerprint(_describe(opdef.name, placement, in_metas, in_sbps, attrs)) if _MULTI
+        else 0,
     )
     if key is not None and len(_PLANS) < 65536:
         _PLANS[key] = hit
