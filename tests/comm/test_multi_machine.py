@@ -175,3 +175,15 @@ def test_slow_lossy_link_changes_nothing(machines, tmp_path, reference):
     final = _final(run)
     for name in uninterrupted:
         np.testing.assert_array_equal(final[name], uninterrupted[name], err_msg=name)
+
+
+def test_namespaces_left_by_a_crashed_run_are_removed():
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a test process that no longer exists
+    name = f"{harness.PREFIX}{gone.pid}-0a"
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=10)
+    try:
+        assert name in harness.remove_stale()
+        assert name not in harness.namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
