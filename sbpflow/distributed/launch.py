@@ -253,6 +253,9 @@ class _RankWatch:
 
     def __init__(self, launch_id: str, world_size: int):
         self.ended: list[list[int]] = []  # ranks whose processes ended, batch by batch
+        # Every rank was watched when the first one ended (else the first may have ended
+        # unseen: before it was found, or on another machine).
+        self.all_watched = False
         self._pids: dict[int, int] = {}
         self._marker = f"{_LAUNCH_ID}={launch_id}".encode()
         self._world_size = world_size
@@ -281,8 +284,10 @@ class _RankWatch:
         poller, fds, watched = select.poll(), {}, set()
         deadline = time.monotonic() + self.LOOK_S
         try:
-            while not self._stop.is_set() and (fds or len(watched) < self._world_size):
-                if len(self._pids) < self._world_size and time.monotonic() < deadline:
+            while fds or len(watched) < self._world_size:
+                stopping = self._stop.is_set()  # then one last look at what has ended
+                if (not stopping and len(self._pids) < self._world_size
+                        and time.monotonic() < deadline):
                     self._scan()
                 for pid, rank in self._pids.items():
                     if rank in watched:
@@ -294,13 +299,17 @@ class _RankWatch:
                         continue
                     fds[fd] = rank
                     poller.register(fd, select.POLLIN)
-                ready = [fd for fd, _ in poller.poll(self.POLL_S * 1000)]
+                ready = [fd for fd, _ in poller.poll(0 if stopping else self.POLL_S * 1000)]
                 if ready:
+                    if not self.ended:
+                        self.all_watched = len(fds) == self._world_size
                     self.ended.append(sorted(fds[fd] for fd in ready))
                 for fd in ready:
                     poller.unregister(fd)
                     os.close(fd)
                     del fds[fd]
+                if stopping:
+                    return
                 if not fds and len(self._pids) < self._world_size and time.monotonic() >= deadline:
                     return  # ranks on other machines: nothing left to watch here
         finally:
@@ -314,12 +323,10 @@ class _RankWatch:
 
 def _culprit(output: bytes, watch: _RankWatch, statuses: list[int]) -> int | None:
     """The rank that failed first, when it can be told; None otherwise."""
-    for batch in watch.ended:  # the first ranks seen ending with a failure
-        failed = [r for r in batch if r < len(statuses) and statuses[r] != 0]
-        if len(failed) == 1:
+    if watch.ended and watch.all_watched:  # the first process to end began the failure
+        failed = [r for r in watch.ended[0] if r < len(statuses) and statuses[r] != 0]
+        if len(failed) == 1:  # several in the same instant: cannot tell which was first
             return failed[0]
-        if failed:
-            break  # ended in the same instant: cannot tell which was first
     m = _ABORT_RANK.search(output)
     if m:
         return int(m.group(1))

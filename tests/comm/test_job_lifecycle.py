@@ -200,6 +200,24 @@ def test_summary_names_the_first_failure_and_the_stopped_ranks():
     assert describe_failures([0, 0]) == []
 
 
+def test_the_first_rank_seen_ending_is_the_cause_only_when_every_rank_was_watched():
+    from types import SimpleNamespace
+
+    from sbpflow.distributed.launch import _culprit
+
+    statuses = [_w(sig=9), _w(sig=9), _w(sig=9)]
+    seen = SimpleNamespace(ended=[[1], [0, 2]], all_watched=True)
+    assert _culprit(b"", seen, statuses) == 1
+    # Rank 1 ended before it was found: rank 0, seen first, is not the cause.
+    unseen = SimpleNamespace(ended=[[0], [2]], all_watched=False)
+    assert _culprit(b"", unseen, statuses) is None
+    # Two at once cannot be told apart; hydra naming an MPI_Abort caller can.
+    together = SimpleNamespace(ended=[[0, 2]], all_watched=True)
+    assert _culprit(b"", together, statuses) is None
+    abort = b"application called MPI_Abort(MPI_COMM_WORLD, 3) - process 2\n"
+    assert _culprit(abort, together, statuses) == 2
+
+
 def test_kill_summary_on_four_ranks_names_the_victim_as_the_cause():
     job = run_job(launcher_cmd(4, script("end_script.py"), "sigkill", "2"), timeout=90)
     assert job.returncode != 0 and job.seconds < 2 * ENDS_WITHIN_S, job.output
