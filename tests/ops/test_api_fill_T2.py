@@ -446,3 +446,157 @@ def test_resize_shrink_shares_memory_and_errors():
 def test_type_as(other):
     _same(flow.tensor(X).type_as(flow.tensor(other)), torch.tensor(X).type_as(torch.tensor(other)))
     check(lambda m, x: x.type_as(x[0].float()), X)
+
+
+# -- index_reduce, unravel_index, nonzero_static, index_put_ ---------------------------------------
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self):
+    src = RNG.standard_normal((4, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: "index_reduce() is in beta"
+        check(lambda m, x, i, s: m.index_reduce(x, 0, i, s, reduce, include_self=include_self),
+              X, np.asarray([2, 0, 2, 1]), src)
+        check(lambda m, x, i, s: x.index_reduce(1, i[:2], s[:3, :2], reduce,
+                                                include_self=include_self),
+              X, np.asarray([3, 3, 0, 1]), src)
+        a, t = flow.tensor(X), torch.tensor(X)
+        a.index_reduce_(0, flow.tensor([1, 1]), flow.tensor(src[:2, :4]), reduce)
+        t.index_reduce_(0, torch.tensor([1, 1]), torch.tensor(src[:2, :4]), reduce)
+        _same(a, t)
+
+
+def test_index_reduce_errors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fn in [lambda m, x, i: x.index_reduce(0, i, x[:2], "sum"),
+                   lambda m, x, i: x.index_reduce(0, i.float(), x[:2], "prod"),
+                   lambda m, x, i: x.index_reduce(0, i + 3, x[:2], "prod"),
+                   lambda m, x, i: x.index_reduce(0, i, x[:3], "prod"),
+                   lambda m, x, i: x.index_reduce(0, i, x[:2].float(), "prod"),
+                   lambda m, x, i: x.index_reduce(0, i[None], x[:2], "prod"),
+                   lambda m, x, i: x.index_reduce(0, i, x[:2, :2], "prod")]:
+            raises_like(fn, X, IDX)
+
+
+@pytest.mark.parametrize("indices,shape", [([4, -1, 12, -13, 0], (3, 4)), ([5, 7], (2, 2, 2)),
+                                           (5, (3, 4)), ([3], (7,)), (0, ())])
+def test_unravel_index(indices, shape):
+    _same(flow.unravel_index(flow.tensor(indices), shape),
+          torch.unravel_index(torch.tensor(indices), shape))
+    _same(flow.unravel_index(flow.tensor(indices, dtype=flow.int32), flow.Size(shape)),
+          torch.unravel_index(torch.tensor(indices, dtype=torch.int32), torch.Size(shape)))
+
+
+def test_unravel_index_errors():
+    with pytest.raises(TypeError):
+        flow.unravel_index(flow.tensor([1.0]), (3, 4))
+    with pytest.raises(ValueError):
+        flow.unravel_index(flow.tensor([1]), (3, -4))
+
+
+@pytest.mark.parametrize("size,fill", [(4, -1), (1, 7), (0, -1), (9, 3)])
+def test_nonzero_static(size, fill):
+    x = np.asarray([[0.0, 1.0, 0.5], [2.0, 0.0, 0.0]])
+    _same(flow.nonzero_static(flow.tensor(x), size=size, fill_value=fill),
+          torch.nonzero_static(torch.tensor(x), size=size, fill_value=fill))
+    _same(flow.tensor(3.0).nonzero_static(size=2), torch.tensor(3.0).nonzero_static(size=2))
+    with pytest.raises(RuntimeError):
+        flow.nonzero_static(flow.tensor(x), size=-1)
+
+
+def test_index_put_top_level():
+    a, t = flow.tensor(X), torch.tensor(X)
+    assert flow.index_put_(a, (flow.tensor(IDX),), flow.tensor(1.5, dtype=flow.float64)) is a
+    torch.index_put_(t, (torch.tensor(IDX),), torch.tensor(1.5, dtype=torch.float64))
+    _same(a, t)
+
+
+# -- as_strided, *_copy, vander, adjoint ----------------------------------------------------------
+@pytest.mark.parametrize("fn", [
+    lambda m, x: m.as_strided(x, (2, 2), (1, 2)),
+    lambda m, x: x.as_strided((3, 3), (1, 1), 2),
+    lambda m, x: x[1].as_strided((2, 2), (1, 1)),
+    lambda m, x: x[1:].as_strided((2,), (3,)),
+    lambda m, x: m.as_strided(x, (0, 3), (1, 1), 50),
+    lambda m, x: m.as_strided(x, (), (), 11),
+    lambda m, x: m.as_strided_copy(x, (4, 3), (1, 4)),
+    lambda m, x: m.expand_copy(x[0], (2, 4)), lambda m, x: m.permute_copy(x, (1, 0)),
+    lambda m, x: m.t_copy(x), lambda m, x: m.transpose_copy(x, 0, 1),
+    lambda m, x: m.squeeze_copy(x[:1]), lambda m, x: m.unsqueeze_copy(x, 1),
+    lambda m, x: m.view_copy(x, (4, 3)), lambda m, x: m.select_copy(x, 1, 2),
+    lambda m, x: m.slice_copy(x, 1, 1, 4, 2), lambda m, x: m.slice_copy(x),
+    lambda m, x: m.split_copy(x, 2, 1), lambda m, x: m.split_with_sizes_copy(x, [2, 1]),
+    lambda m, x: m.unbind_copy(x, 1), lambda m, x: m.unfold_copy(x, 1, 2, 2),
+    lambda m, x: m.alias_copy(x), lambda m, x: m.diagonal_copy(x),
+    lambda m, x: m.adjoint(x), lambda m, x: x.reshape(3, 2, 2).adjoint(), lambda m, x: x.H,
+    lambda m, x: x.reshape(2, 3, 2).mH, lambda m, x: m.constant_pad_nd(x, (1, 2), 3.0),
+    lambda m, x: m.constant_pad_nd(x, (1, 0, -1, 1)),
+])
+def test_strided_and_copies(fn):
+    check(fn, X)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, x: m.vander(x[0]), lambda m, x: m.vander(x[0], 2, increasing=True),
+    lambda m, x: m.vander(x[0], 0), lambda m, x: m.vander((x[0] * 3).int()),
+    lambda m, x: m.vander(x[0] > 0, 3),
+])
+def test_vander(fn):
+    check(fn, X, grad=False)  # torch's vander backward fails (an in-place cumprod)
+
+
+def test_vander_gradient():
+    a, t = flow.tensor(X[0], requires_grad=True), torch.tensor(X[0], requires_grad=True)
+    w = RNG.standard_normal((4, 3))
+    (flow.vander(a, 3) * flow.tensor(w)).sum().backward()
+    powers = torch.arange(2, -1, -1)
+    (t[:, None].pow(powers) * torch.tensor(w)).sum().backward()
+    _same(a.grad, t.grad)
+
+
+def test_copies_do_not_share_memory_and_errors():
+    a = flow.tensor(X)
+    c = flow.transpose_copy(a, 0, 1)
+    c.add_(1)
+    np.testing.assert_array_equal(a.numpy(), X)
+    raises_like(lambda m, x: m.as_strided(x, (2,), (-1,)), X)
+    raises_like(lambda m, x: m.as_strided(x, (3, 3), (4, 2), 2), X)
+    raises_like(lambda m, x: m.vander(x), X)
+    raises_like(lambda m, x: m.vander(x[0], -1), X)
+    raises_like(lambda m, x: x.reshape(3, 2, 2).H, X)
+    raises_like(lambda m, x: x[0].mH, X)
+    raises_like(lambda m, x: m.adjoint(x[0]), X)
+
+
+# -- small Tensor methods: fill, zero_, new, is_signed, nbytes ... --------------------------------
+def test_fill_zero_and_metadata():
+    a, t = flow.tensor(X), torch.tensor(X)
+    _same(flow.fill(a, 2.5), torch.fill(t, 2.5))
+    _same(a, t)  # fill is out of place
+    _same(flow.fill(a, flow.tensor(-1.0)), torch.fill(t, torch.tensor(-1.0)))
+    raises_like(lambda m, x: m.fill(x, x[0]), X)
+    assert flow.fill_(a, 3) is a and flow.zero_(a) is a
+    torch.fill_(t, 3)
+    torch.zero_(t)
+    _same(a, t)
+    for arr in (X, X.astype(np.int32), X > 0, X.astype(np.uint8), X.astype(np.float16)):
+        f, u = flow.tensor(arr), torch.tensor(arr)
+        assert f.is_signed() == u.is_signed() == flow.is_signed(f)
+        assert (f.nbytes, f.itemsize, f.ndimension()) == (u.nbytes, u.itemsize, u.ndimension())
+    assert flow.is_same_size(flow.tensor(X), flow.zeros(3, 4))
+    assert not flow.tensor(X).is_same_size(flow.zeros(4, 3))
+    assert flow.tensor([2]).is_nonzero() and not flow.tensor([0.0]).is_nonzero()
+    raises_like(lambda m, x: x.is_nonzero(), X)
+    raises_like(lambda m, x: x[:0].is_nonzero(), X)
+
+
+def test_legacy_new():
+    a, t = flow.tensor(X, dtype=flow.float32), torch.tensor(X, dtype=torch.float32)
+    for args in [(2, 3), ([1, 2],), (), ([[1, 2], [3, 4]],)]:
+        got, expected = a.new(*args), t.new(*args)
+        assert tuple(got.shape) == tuple(expected.shape) and got.dtype is flow.float32
+        if args and isinstance(args[0], list):
+            _same(got, expected)
+    with pytest.raises(TypeError):
+        a.new(flow.tensor([1, 2]))

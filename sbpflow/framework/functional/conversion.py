@@ -74,6 +74,49 @@ def type_as(self: Tensor, other: Tensor) -> Tensor:
     return to(self, other.dtype)
 
 
+def fill(input: Tensor, value) -> Tensor:
+    """torch.fill: a new tensor of input's shape and dtype holding value."""
+    return fill_(call("clone", input), value)
+
+
+def zero_(input: Tensor) -> Tensor:
+    return fill_(input, 0)
+
+
+def is_signed(input: Tensor) -> bool:
+    return input.dtype.name not in ("bool", "uint8")
+
+
+def is_same_size(input: Tensor, other: Tensor) -> bool:
+    return tuple(input.shape) == tuple(other.shape)
+
+
+def _is_nonzero(self: Tensor) -> bool:
+    n = self.numel()
+    if n == 0:
+        raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+    if n > 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return bool(self.item())
+
+
+def _new(self: Tensor, *args, device=None):
+    """The legacy Tensor.new: new(*sizes) (uninitialised, as empty), new(data) or
+    new() (an empty tensor), with self's dtype."""
+    from .creation import empty, tensor
+
+    where = self._where() if device is None else device
+    if not args:
+        return empty(0, dtype=self.dtype, device=where)
+    if len(args) == 1 and isinstance(args[0], Tensor):
+        if args[0].dtype is not self.dtype:
+            raise TypeError(f"expected {self.dtype} (got {args[0].dtype})")
+        return args[0].detach()
+    if len(args) == 1 and not isinstance(args[0], int):
+        return tensor(args[0], dtype=self.dtype, device=where)
+    return empty(*args, dtype=self.dtype, device=where)
+
+
 def _cast(d):
     return lambda self, memory_format=None: to(self, d)
 
@@ -85,6 +128,11 @@ METHODS = {
     "bfloat16": _cast(dt.bfloat16), "long": _cast(dt.int64), "int": _cast(dt.int32),
     "short": _cast(dt.int16), "char": _cast(dt.int8), "byte": _cast(dt.uint8),
     "bool": _cast(dt.bool_), "cpu": lambda self: self,
+    "is_signed": is_signed, "is_same_size": is_same_size, "is_nonzero": _is_nonzero,
+    "ndimension": lambda self: self.ndim,
+    "nbytes": property(lambda self: self.numel() * self.dtype.itemsize),
+    "itemsize": property(lambda self: self.dtype.itemsize),
+    "new": _new,
 }
 
-__all__ = ["clone"]
+__all__ = ["clone", "fill", "fill_", "is_same_size", "is_signed", "zero_"]

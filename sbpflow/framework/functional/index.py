@@ -677,6 +677,82 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
                 include_self=bool(include_self))
 
 
+def index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+                 include_self: bool = True) -> Tensor:
+    """index_reduce as scatter_reduce with the index repeated across source's other axes."""
+    name = "index_reduce_"
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or "
+                           f"amin but got {reduce}.")
+    if index.dtype not in _INT_INDEX:
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index but got: "
+                           f"{_torch_type(index.dtype)}")
+    if index.ndim > 1:
+        raise IndexError(f"{name}(): Index is supposed to be a vector, but got dim: {index.ndim} "
+                         f"with type: {_torch_type(index.dtype)} and size: {list(index.shape)}")
+    if source.dtype is not input.dtype:
+        raise RuntimeError(f"{name}(): self ({_torch_type(input.dtype)}) and source "
+                           f"({_torch_type(source.dtype)}) must have the same scalar type")
+    d = normalize_dim(name, dim, input.ndim)
+    x, src, idx = _as_vector(input), _as_vector(source), _as_vector(index)
+    if src.ndim != x.ndim or any(i != d and src.shape[i] != x.shape[i] for i in range(x.ndim)):
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified "
+            f"dimension. Got self.shape = {list(input.shape)} source.shape = "
+            f"{list(source.shape)}")
+    if idx.numel() != src.shape[d]:
+        raise RuntimeError(f"{name}(): Number of indices ({idx.numel()}) should be equal to "
+                           f"source.size(dim): ({src.shape[d]}), for dim: {d}")
+    size = x.shape[d]
+    _check_range(idx, size, lambda v: IndexError("index out of range in self"))
+    shape = [1] * x.ndim
+    shape[d] = idx.numel()
+    full_index = call("expand", call("reshape", idx, shape=tuple(shape)), size=tuple(src.shape))
+    out = call("scatter_reduce", x, full_index, src, dim=d, reduce=reduce,
+               include_self=bool(include_self))
+    return call("reshape", out, shape=()) if input.ndim == 0 else out
+
+
+def unravel_index(indices, shape):
+    """The coordinates of flat indices in `shape` (each axis taken modulo its size, as
+    torch)."""
+    if not isinstance(indices, Tensor):
+        raise TypeError(f"expected 'indices' to be a tensor, but got {type(indices).__name__}")
+    if indices.dtype.is_floating_point or indices.dtype is dt.bool_:
+        raise TypeError(f"expected 'indices' to be integer dtype, but got "
+                        f"{indices.dtype}".replace("sbpflow.", "torch."))
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(_as_int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"'shape' cannot have negative values, but got {shape}")
+    if indices.dtype is not dt.int64:
+        indices = call("to_dtype", indices, dtype=dt.int64)
+    out, stride = [], 1
+    for s in reversed(shape):
+        q = indices if stride == 1 else indices // stride
+        out.append(q % s if s else q)
+        stride *= s
+    return tuple(reversed(out))
+
+
+def index_put_(input: Tensor, indices, values: Tensor, accumulate: bool = False) -> Tensor:
+    return input.index_put_(indices, values, accumulate)
+
+
+def nonzero_static(input: Tensor, *, size: int, fill_value: int = -1) -> Tensor:
+    """nonzero padded with fill_value (or cut) to exactly `size` rows."""
+    size = _as_int(size)
+    if size < 0:
+        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
+    host = _host_values(input)
+    positions = np.argwhere(host).astype(np.int64) if host.ndim else np.zeros(
+        (int(host != 0), 0), np.int64)
+    out = np.full((size, host.ndim), fill_value, np.int64)
+    k = min(size, positions.shape[0])
+    out[:k] = positions[:k]
+    return _tensor(out, device=input._where())
+
 
 METHODS = {
     "__getitem__": getitem, "__setitem__": setitem,
@@ -698,11 +774,15 @@ METHODS = {
     "diagonal_scatter": diagonal_scatter, "fill_diagonal_": fill_diagonal_,
     "scatter_reduce": scatter_reduce,
     "scatter_reduce_": inplace_method("scatter_reduce_", scatter_reduce),
+    "index_reduce": index_reduce,
+    "index_reduce_": inplace_method("index_reduce_", index_reduce),
+    "nonzero_static": nonzero_static,
 }
 
 __all__ = [
     "argwhere", "gather", "index_add", "index_put", "index_select", "masked_fill",
     "masked_select", "nonzero", "scatter", "scatter_add", "take", "take_along_dim",
     "diagonal_scatter", "index_copy", "index_fill", "masked_scatter", "put", "scatter_reduce",
-    "select_scatter", "slice_scatter",
+    "select_scatter", "slice_scatter", "index_reduce", "unravel_index", "index_put_",
+    "nonzero_static",
 ]

@@ -897,6 +897,142 @@ def _sum_to_size(self: Tensor, *size):
     return reshape(out, shape) if lead else out
 
 
+# -- as_strided (a copy over the root tensor's memory) -----------------------------------------
+def as_strided(input: Tensor, size, stride, storage_offset=None):
+    """torch.as_strided read from the memory of the tensor's root (the tensor views share).
+
+    Unlike torch's, the result is a copy, not a view: the primitive set has no overlapping
+    strided views, so writes into the result do not reach the input."""
+    from ..._core import dtype as dt
+    from .creation import tensor as _tensor
+
+    size = shape_args("as_strided", (size,))
+    stride = shape_args("as_strided", (stride,))
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got "
+                           f"strides: {list(stride)}")
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: "
+                           f"{list(size)}")
+    if input._gl is not None:
+        raise NotImplementedError("as_strided: global tensors are not supported (their pieces "
+                                  "have no common storage)")
+    root = input if input._base is None else input._base
+    if root.storage_offset() != 0 or not root.is_contiguous():
+        raise NotImplementedError("as_strided: the tensor's root is not a contiguous tensor at "
+                                  "offset 0 (not supported)")
+    offset = input.storage_offset() if storage_offset is None else _int(storage_offset,
+                                                                         "storage_offset")
+    numel = 1
+    for s in size:
+        numel *= s
+    itemsize = input.dtype.itemsize
+    need = 0 if numel == 0 else offset + sum((n - 1) * st for n, st in zip(size, stride,
+                                                                          strict=True)) + 1
+    if need > root.numel():
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+            f"and itemsize {itemsize} requiring a storage size of {need * itemsize} are out "
+            f"of bounds for storage of size {root.numel() * itemsize}")
+    grids = np.indices(size, dtype=np.int64) if size else np.zeros((0,), np.int64)
+    pos = np.full(size, offset, np.int64)
+    for k, st in enumerate(stride):
+        pos = pos + grids[k] * st
+    flat = reshape(root, -1)
+    picked = call("index_select", flat, _tensor(pos.reshape(-1), dtype=dt.int64,
+                                                device=input._where()), dim=0)
+    return reshape(picked, size)
+
+
+# -- *_copy: the view functions' copying forms (torch's functionalisation names) ---------------
+def _copy_of(fn):
+    def copying(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(call("clone", o) for o in out)
+        return call("clone", out)
+
+    copying.__name__ = fn.__name__ + "_copy"
+    return copying
+
+
+def _slice(input: Tensor, dim: int = 0, start=None, end=None, step: int = 1):
+    d = normalize_dim("slice", dim, input.ndim)
+    from ...ops.index import FULL
+
+    return call("slice", input, key=(FULL,) * d + (("slice", start, end, step),))
+
+
+def _alias(input: Tensor):
+    return call("view", input, shape=tuple(input.shape))
+
+
+expand_copy = _copy_of(expand)
+permute_copy = _copy_of(permute)
+t_copy = _copy_of(t)
+transpose_copy = _copy_of(transpose)
+squeeze_copy = _copy_of(squeeze)
+unsqueeze_copy = _copy_of(unsqueeze)
+view_copy = _copy_of(view)
+select_copy = _copy_of(select)
+slice_copy = _copy_of(_slice)
+split_copy = _copy_of(split)
+split_with_sizes_copy = _copy_of(split_with_sizes)
+unbind_copy = _copy_of(unbind)
+unfold_copy = _unfold_method  # already a copy
+alias_copy = _copy_of(_alias)
+as_strided_copy = as_strided  # already a copy
+
+
+def vander(x: Tensor, N=None, increasing: bool = False):
+    """Columns x**(N-1), ..., x**0 (or the reverse with increasing=True)."""
+    from ..._core import dtype as dt
+    from .creation import arange
+
+    if x.ndim != 1:
+        raise RuntimeError("x must be a one-dimensional tensor.")
+    n = x.shape[0] if N is None else _int(N, "N")
+    if n < 0:
+        raise RuntimeError("N must be non-negative.")
+    if not x.dtype.is_floating_point and x.dtype is not dt.int64:
+        x = call("to_dtype", x, dtype=dt.int64)
+    powers = arange(n, dtype=dt.int64, device=x._where())
+    if not increasing:
+        powers = call("flip", powers, dims=(0,))
+    return unsqueeze(x, -1).pow(powers)
+
+
+def resize_as_(input: Tensor, the_template: Tensor, *, memory_format=None):
+    return _resize_as_(input, the_template)
+
+
+def _matrix_transpose(what: str):
+    def fn(input: Tensor):
+        if input.ndim < 2:
+            raise RuntimeError(f"tensor.{what} is only supported on matrices or batches of "
+                               f"matrices. Got {input.ndim}-D tensor.")
+        return transpose(input, -2, -1)  # real dtypes only: the conjugate is the tensor
+    return fn
+
+
+adjoint = _matrix_transpose("adjoint()")
+
+
+def _h(self: Tensor):
+    if self.ndim != 2:
+        raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got "
+                           f"{self.ndim}-D tensor."
+                           + (" For batches of matrices, consider using tensor.mH"
+                              if self.ndim > 2 else ""))
+    return transpose(self, 0, 1)
+
+
+def constant_pad_nd(input: Tensor, pad, value=0):
+    return call("pad", input, pad=tuple(pad), mode="constant", value=value)
+
+
 METHODS = {
     "view": view, "reshape": reshape, "expand": expand, "expand_as": expand_as,
     "permute": permute, "transpose": transpose, "t": t, "contiguous": contiguous,
@@ -924,7 +1060,8 @@ METHODS = {
     "squeeze_": _inplace_view(squeeze), "unsqueeze_": _inplace_view(unsqueeze),
     "t_": _inplace_view(t), "transpose_": _inplace_view(transpose),
     "swapaxes_": _inplace_view(transpose), "swapdims_": _inplace_view(transpose),
-    "resize_": _resize_, "resize_as_": _resize_as_,
+    "resize_": _resize_, "resize_as_": _resize_as_, "as_strided": as_strided,
+    "adjoint": adjoint, "H": property(_h), "mH": property(_matrix_transpose("mH")),
 }
 
 __all__ = [
@@ -940,4 +1077,8 @@ __all__ = [
     "meshgrid", "narrow_copy", "rot90", "row_stack", "split_with_sizes", "tile", "trace",
     "tril_indices", "triu_indices", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes",
     "vsplit", "vstack",
+    "alias_copy", "as_strided", "as_strided_copy", "expand_copy", "permute_copy",
+    "select_copy", "slice_copy", "split_copy", "split_with_sizes_copy", "squeeze_copy",
+    "t_copy", "transpose_copy", "unbind_copy", "unfold_copy", "unsqueeze_copy", "vander",
+    "view_copy", "adjoint", "constant_pad_nd", "resize_as_",
 ]
