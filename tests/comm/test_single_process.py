@@ -165,4 +165,5 @@ def test_launcher_reads_hydra_exit_codes():
     statuses = launch.rank_statuses(line)
     assert statuses == [0, 5 << 8, signal.SIGKILL, 0]
     assert launch.describe_failures(statuses) == [
-        "rank 1 exited with status 5", "rank 2 was killed by signal 9 (SIGKILL)"]
+        "rank 1 exited with status 5 (the first failure)",
+        "rank 2 was stopped because of it (killed by signal 9 (SIGKILL))"]
