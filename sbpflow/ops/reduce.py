@@ -1361,3 +1361,102 @@ for _name, _attr_sets in {
     "topk": ({"k": 2, "dim": 1}, {"k": 2, "dim": 1, "largest": False}),
 }.items():
     _also_nonfinite(_name, *_attr_sets)
+
+
+# -- searchsorted ---------------------------------------------------------------------------
+def _promoted(a: TensorMeta, b: TensorMeta) -> dt.DType:
+    return dt.result_type([m.dtype for m in (a, b) if m.shape],
+                          [m.dtype for m in (a, b) if not m.shape], [])
+
+
+def _searchsorted_meta(seq, values, right=False, out_int32=False):
+    if seq.ndim == 0:
+        raise op_error("searchsorted", "boundaries tensor should have positive dimension, but "
+                       "got 0 dimension")
+    if seq.ndim > 1 and seq.shape[:-1] != values.shape[:-1]:
+        raise op_error("searchsorted", "boundaries tensor should be 1 dimension or the first "
+                       "N-1 dimensions of boundaries tensor and input value tensor must "
+                       f"match, but we got boundaries tensor {list(seq.shape)} and input value "
+                       f"tensor {list(values.shape)}")
+    return TensorMeta(values.shape, dt.int32 if out_int32 else dt.int64)
+
+
+def _searchsorted_kernel(ctx, seq, values, right=False, out_int32=False):
+    """A binary search per value, all values at once: ceil(log2(n + 1)) halvings of [lo, hi),
+    each a gather of the midpoints and a comparison.  lo ends at the count of boundaries
+    below the value (at or below it with right=True); a NaN value goes after every
+    boundary, and a NaN boundary (sorted last) before every value, as in torch."""
+    p = ctx.prims
+    ms, mv = ctx.in_metas
+    d = _promoted(ms, mv)
+    seq, values = _cast_to(ctx, seq, 0, d), _cast_to(ctx, values, 1, d)
+    n = ms.shape[-1]
+    shape = mv.shape
+    if ms.ndim == 1:  # any shape of values against one row: search the flat values
+        values = p.reshape(p.contiguous(values), (mv.numel,))
+    elif mv.ndim == 0:
+        values = p.reshape(values, (1,))
+    i64 = dt.int64
+    lo = p.full(values.shape, i64, 0)
+    hi = p.full(values.shape, i64, n)
+    one, two, last = _scalar(ctx, 1, i64), _scalar(ctx, 2, i64), _scalar(ctx, max(n - 1, 0), i64)
+    for _ in range(n.bit_length()):
+        mid = p.binary("floor_divide", p.binary("add", lo, hi), two)
+        probe = p.gather(seq, seq.ndim - 1, p.binary("minimum", mid, last))
+        # torch's test, not(probe >= v) (not(probe > v) with right=True), so that any
+        # comparison with NaN moves right
+        right_of = p.unary("logical_not", p.binary("gt" if right else "ge", probe, values))
+        active = p.binary("lt", lo, hi)
+        lo = p.where(p.binary("logical_and", active, right_of), p.binary("add", mid, one), lo)
+        hi = p.where(p.binary("logical_and", active, p.unary("logical_not", right_of)), mid, hi)
+    return _finish(ctx, p.reshape(lo, shape) if tuple(lo.shape) != shape else lo)
+
+
+def _searchsorted_sbp(seq, values, right=False, out_int32=False):
+    sigs = [Signature((B, B), (B,))]  # (B,B)->B
+    # No (S(-1),B)->P: the result is a count of the boundaries below only for a truly
+    # sorted row, and a row with NaN boundaries is not one.
+    for i in range(values.ndim):
+        if values.shape[i] <= 1:
+            continue
+        if seq.ndim == 1:
+            sigs.append(Signature((B, Split(i)), (Split(i),)))  # (B,S(i))->S(i): values apart
+        elif i < values.ndim - 1:
+            # (S(i),S(i))->S(i): a leading axis pairs rows of boundaries with rows of values
+            sigs.append(Signature((Split(i), Split(i)), (Split(i),)))
+        else:
+            sigs.append(Signature((B, Split(i)), (Split(i),)))  # values of a row apart
+    return sigs
+
+
+def _searchsorted_reference(torch, seq, values, right=False, out_int32=False):
+    return torch.searchsorted(seq, values, right=right, out_int32=out_int32)
+
+
+def _searchsorted_samples(rng):
+    row = np.sort(rng.standard_normal(9))
+    rows = np.sort(rng.standard_normal((3, 6)), axis=1)
+    ties = np.array([1, 2, 2, 2, 5, 7, 7])
+    return [
+        Sample(row, rng.standard_normal((4, 5)) * 1.5, grad=False),
+        Sample(row, np.concatenate([row, [np.nan, -np.inf, np.inf]]), right=True, grad=False),
+        Sample(rows, rng.standard_normal((3, 4)), grad=False),
+        Sample(rows, rng.standard_normal((3, 4)), right=True, out_int32=True, grad=False),
+        Sample(ties, np.array([[0, 1, 2], [3, 7, 8]]), grad=False),
+        Sample(ties, np.array([[0, 1, 2], [3, 7, 8]]), right=True, grad=False),
+        Sample(ties.astype(np.int32), np.array([2.5, 7.0, -1.0], dtype=np.float32), grad=False),
+        Sample(np.array([0.5]), np.asarray(0.5), grad=False),
+        Sample(np.array([1.0, 2.0, np.nan]), np.array([1.5, 3.0, np.nan]), grad=False),
+    ]
+
+
+register(OpDef(
+    "searchsorted",
+    inputs=("sorted_sequence", "input"),
+    attrs={"right": Attr("bool", False), "out_int32": Attr("bool", False)},
+    infer_meta=_searchsorted_meta,
+    kernel=_searchsorted_kernel,
+    sbp=_searchsorted_sbp,
+    reference=_searchsorted_reference,
+    samples=_searchsorted_samples,
+))

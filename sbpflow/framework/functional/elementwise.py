@@ -599,7 +599,7 @@ def lcm(input, other):
 
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     """Whether each element of `elements` occurs in `test_elements` (either may be a
-    number).  Compares every pair: O(len(elements) * len(test_elements)) memory."""
+    number)."""
     if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
         raise TypeError("isin() received an invalid combination of arguments - got "
                         f"({type(elements).__name__}, {type(test_elements).__name__}), but "
@@ -613,9 +613,15 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
         if not _is_number(test_elements):
             raise _type_error("isin", "test_element", test_elements)
         found = call("eq_scalar", elements, other=test_elements)
+    elif test_elements.numel() == 0:
+        from .creation import zeros_like
+
+        found = zeros_like(elements, dtype=_bool_dtype())
     else:
-        test = test_elements.reshape(-1)
-        found = any_(eq(elements.unsqueeze(-1), test), -1)
+        # Sort the test elements and binary-search each element: O((n + m) log m).
+        test = test_elements.detach().reshape(-1).sort()[0]
+        pos = call("searchsorted", test, elements.detach()).clamp(max=test.shape[0] - 1)
+        found = eq(test.take(pos.reshape(-1)).reshape(*elements.shape), elements.detach())
     return logical_not(found) if invert else found
 
 

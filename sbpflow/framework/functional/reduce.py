@@ -647,8 +647,8 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
 
 def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
                  sorter=None, out=None):
-    """The insertion index of each value into the sorted innermost rows: the count of
-    boundaries below it (at or below it with right=True)."""
+    """The insertion index of each value into the sorted innermost rows (a binary search:
+    the count of boundaries below it, at or below it with right=True)."""
     from .. import tensor as _tensor_mod
     from ._base import as_tensor_arg
 
@@ -684,19 +684,8 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                                f"size, but got boundary tensor {list(seq.shape)}and got "
                                f"sorter tensor {list(sorter.shape)}")
         seq = seq.gather(-1, sorter)
-    seq, v = seq.detach(), input.detach()
-    if seq.ndim == 1:
-        below = seq <= v.unsqueeze(-1) if right else seq < v.unsqueeze(-1)
-    else:
-        b, vv = seq.unsqueeze(-2), v.unsqueeze(-1)  # (..., 1, n) against (..., m, 1)
-        below = b <= vv if right else b < vv
-    if seq.dtype.is_floating_point or v.dtype.is_floating_point:
-        # NaN sorts last: every number is below a NaN value.
-        below = below | v.isnan().unsqueeze(-1)
-    from ..._core import dtype as dt
-
-    r = sum(below, -1, dtype=dt.int32 if out_int32 else dt.int64)
-    return r.reshape(()) if scalar else r
+    return call("searchsorted", seq.detach(), input.detach(), right=right,
+                out_int32=out_int32)
 
 
 def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
