@@ -64,6 +64,18 @@ def test_rank_skipping_one_steps_all_reduces_is_caught_within_a_sample():
     assert "step 59 done" not in job.stdout, job.output  # caught mid-run, not at the end
 
 
+def test_ddp_rank_skipping_one_steps_reduction_is_caught():
+    # DDP's all-reduces run on the comm stream's worker: the check there ends the job itself.
+    job = _diverged("ddp_no_sync")
+    err = job.stderr
+    assert "found when comparing call #128" in err, job.output
+    assert re.search(r"rank 0: all_reduce \(float32 \[10\], op sum\) after 71 backward "
+                     r"passes", err), job.output
+    assert re.search(r"rank 1: all_reduce \(float32 \[10\], op sum\) after 72 backward "
+                     r"passes", err), job.output
+    assert "step 199 done" not in job.stdout, job.output
+
+
 def test_ranks_running_different_global_ops_end_the_job():
     job = _diverged("global_ops")
     err = job.stderr

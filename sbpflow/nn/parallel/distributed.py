@@ -52,9 +52,10 @@ def _issue(name: str, tensors: list, fn) -> None:
     on the comm stream, ordered after the tensors' writers and readers and before their
     later users. Returns at once (unlike `distributed.collectives._on_comm_stream`)."""
     blobs = tuple(t._blob for t in tensors)
+    step = _comm.issue_step()  # the divergence check compares the step it was issued at
 
     def run():
-        fn([b.array for b in blobs])
+        _comm.run_at_step(step, fn, [b.array for b in blobs])
 
     _builder.collective(name, run, ins=blobs, outs=blobs,
                         writes=tuple(t._storage for t in tensors))

@@ -6,6 +6,8 @@ job must then end with a non-zero status and a message naming both ranks' calls:
 - skip_step: a data-parallel loop (backward, then one all_reduce per gradient) where rank 1
   skips the all-reduces of step SKIP_STEP, after the first 64 collectives (so the sampled
   check, not the initial one, must catch it);
+- ddp_no_sync: DistributedDataParallel, where rank 1 runs one step's backward under
+  no_sync (its gradients are not all-reduced that step), after the first 64 all-reduces;
 - global_ops: rank 0 runs matmul where rank 1 runs add, on broadcast global tensors;
 - shape: all_reduce of 4 elements on rank 0, 5 on rank 1 (the first collective); with
   SHAPE_AFTER set, after that many matching all-reduces (a sampled call must be hit).
@@ -52,6 +54,22 @@ elif mode == "skip_step":
             for p in model.parameters():  # 4 all-reduces a step
                 flow.comm.all_reduce(p.grad)
                 p.grad /= 2
+        opt.step()
+        say(f"step {step} done")
+elif mode == "ddp_no_sync":
+    # DDP's bucket all-reduces run on the VM's comm stream; rank 1 leaves out one step's
+    # (no_sync) while still running its backward, past the first 64 all-reduces.
+    flow.manual_seed(0)
+    model = flow.nn.parallel.DistributedDataParallel(flow.nn.Linear(4, 2))
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    x = flow.randn(8, 4) + rank
+    for step in range(200):
+        opt.zero_grad()
+        if rank == 1 and step == 70:
+            with model.no_sync():
+                model(x).square().mean().backward()
+        else:
+            model(x).square().mean().backward()
         opt.step()
         say(f"step {step} done")
 elif mode == "global_ops":
