@@ -38,6 +38,14 @@ def test_dtype_mismatch_in_all_reduce_ends_the_job():
     assert "all_reduce gave" not in job.stdout  # nobody went on with the garbage
 
 
+def test_dtype_mismatch_through_torch_distributed_ends_the_job():
+    job = _diverged("c10d_dtype")
+    err = job.stderr
+    assert "rank 0: all_reduce (float64 [2, 3], op sum)" in err, job.output
+    assert "rank 1: all_reduce (float32 [2, 3], op sum)" in err, job.output
+    assert "all_reduce gave" not in job.stdout
+
+
 @pytest.mark.parametrize("after", [0, 127])  # the first call; a sampled call later on
 def test_all_reduce_shape_mismatch_names_both_shapes(after):
     job = _diverged("shape", {"SHAPE_AFTER": str(after)})

@@ -2,7 +2,8 @@
 
 Run on 2 ranks with the mode as argv[1]. Every mode but `long_ok` makes rank 1 diverge; the
 job must then end with a non-zero status and a message naming both ranks' calls:
-- dtype: rank 0 all-reduces float32, rank 1 int32 (the first collective);
+- dtype: rank 0 all-reduces float32, rank 1 int32 (the first collective); c10d_dtype: float64
+  against float32 through torch.distributed's API;
 - skip_step: a data-parallel loop (backward, then one all_reduce per gradient) where rank 1
   skips the all-reduces of step SKIP_STEP, after the first 64 collectives (so the sampled
   check, not the initial one, must catch it);
@@ -35,6 +36,13 @@ def say(text):
 if mode == "dtype":
     t = flow.ones(4, dtype=flow.float32 if rank == 0 else flow.int32)
     flow.comm.all_reduce(t)
+    say(f"all_reduce gave {t.numpy().tolist()}")
+elif mode == "c10d_dtype":  # the same through the torch.distributed API
+    import sbpflow.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = flow.ones(2, 3, dtype=flow.float64 if rank == 0 else flow.float32)
+    dist.all_reduce(t)
     say(f"all_reduce gave {t.numpy().tolist()}")
 elif mode == "shape":
     for _ in range(int(os.environ.get("SHAPE_AFTER", "0"))):
