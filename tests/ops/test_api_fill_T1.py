@@ -476,3 +476,15 @@ def test_poisson_errors(call):
         call(torch)
     with pytest.raises(type(t_err.value)):
         call(flow)
+
+
+def test_mode_long_slices():
+    """Values as torch's; the index is the last occurrence of the mode (torch's for slices of
+    up to 16, where its sort is stable; beyond, torch's own pick is unspecified)."""
+    a = RNG.integers(0, 10, (3, 40))
+    t, f = torch.mode(torch.tensor(a), 1), flow.mode(flow.tensor(a), 1)
+    np.testing.assert_array_equal(f.values.numpy(), t.values.numpy())
+    idx = f.indices.numpy()
+    np.testing.assert_array_equal(a[np.arange(3), idx], f.values.numpy())
+    for row, i in zip(a, idx, strict=True):
+        assert i == np.nonzero(row == row[i])[0].max()

@@ -357,26 +357,33 @@ def kthvalue(input, k, dim=-1, keepdim=False):
 
 def mode(input, dim=-1, keepdim=False):
     """The most frequent value along dim (the smallest among equally frequent ones) and the
-    index of its last occurrence, as torch's CPU kernel.  Counts compare every pair of the
-    slice: O(n**2) memory per slice."""
+    index of its last occurrence, as torch's CPU kernel: the slice is sorted and each run of
+    equal values measured by where it starts and ends (running max/min of run edges)."""
     d = _dim("mode", dim, input.ndim)
     if input.ndim == 0:
         return _mode_result(input.clone(), _op("full", shape=(), fill_value=0,
-                                                 dtype=_long(), _device=input._where()))
+                                                dtype=_long(), _device=input._where()))
     n = input.shape[d]
     if n == 0:
         raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
+    from .creation import arange
+    from .shape import cat
+
     with _no_grad():
         x = input.detach().movedim(d, -1)
-        counts = sum(x.unsqueeze(-1) == x.unsqueeze(-2), -1)
-        top = counts == amax(counts, -1, keepdim=True)
-        biggest = amax(x, -1, keepdim=True).expand(*x.shape)
-        value = amin(x.where(top, biggest), -1, keepdim=True)
-        from .creation import arange
-
-        positions = arange(n, device=input._where()).expand(*x.shape)
-        index = amax(positions.masked_fill(x != value, -1), -1, keepdim=True)
-        index = index.movedim(-1, d)
+        s = sort(x, -1, stable=True)[0]
+        iota = arange(n, device=input._where()).expand(*x.shape)
+        differs = s.narrow(-1, 1, n - 1) != s.narrow(-1, 0, n - 1)
+        edge = _op("full", shape=(*x.shape[:-1], 1), fill_value=True, dtype=differs.dtype,
+                   _device=input._where())
+        starts = cat([edge, differs], -1)  # the first slot of each run
+        ends = cat([differs, edge], -1)  # the last slot of each run
+        first = cummax(iota.masked_fill(starts.logical_not(), 0), -1)[0]
+        last = cummin(iota.masked_fill(ends.logical_not(), n).flip(-1), -1)[0].flip(-1)
+        count = last - first
+        top = argmax(count, -1, keepdim=True)  # the first (smallest) of the most frequent
+        value = s.gather(-1, top)
+        index = amax(iota.masked_fill(x != value, -1), -1, keepdim=True).movedim(-1, d)
     values = input.gather(d, index)
     if not keepdim:
         values, index = values.squeeze(d), index.squeeze(d)
