@@ -252,6 +252,40 @@ CASES = [
     ("cumulative_trapezoid_dx", lambda m, a: m.cumulative_trapezoid(a, dx=2.0, dim=0), [X],
      True),
     # products
+    # edges: 0-d and empty inputs, other dtypes
+    ("nanmedian_0d", lambda m, a: m.nanmedian(a, 0), [np.array(2.0)], True),
+    ("nanmedian_empty", lambda m, a: m.nanmedian(a), [np.zeros(0)], False),
+    ("kthvalue_0d", lambda m, a: m.kthvalue(a, 1), [np.array(2.0)], True),
+    ("mode_0d", lambda m, a: m.mode(a), [np.array(2.0)], False),
+    ("cummax_0d", lambda m, a: m.cummax(a, 0), [np.array(2.0)], True),
+    ("cummax_empty", lambda m, a: m.cummax(a, 0), [np.zeros(0)], False),
+    ("logcumsumexp_0d", lambda m, a: m.logcumsumexp(a, 0), [np.array(2.0)], True),
+    ("logcumsumexp_empty", lambda m, a: m.logcumsumexp(a, 0), [np.zeros((0,))], False),
+    ("quantile_0d", lambda m, a: m.quantile(a, 0.5, dim=0, keepdim=True), [np.array(2.0)],
+     True),
+    ("trapezoid_1", lambda m, a: m.trapezoid(a), [np.array([2.0])], False),
+    ("trapezoid_0", lambda m, a: m.trapezoid(a), [np.zeros(0)], False),
+    ("cumulative_trapezoid_1", lambda m, a: m.cumulative_trapezoid(a), [np.array([2.0])],
+     False),
+    ("histc_empty", lambda m, a: m.histc(a, 3), [np.zeros(0)], False),
+    ("unique_empty", lambda m, a: m.unique(a, return_counts=True), [np.zeros(0)], False),
+    ("unique_2d_inverse", lambda m, a: m.unique(a, return_inverse=True),
+     [np.array([[3, 1], [1, 2]])], False),
+    ("aminmax_0d", lambda m, a: m.aminmax(a), [np.array(2.0)], False),
+    ("nansum_bool", lambda m, a: m.nansum(a), [np.array([True, False, True])], False),
+    ("renorm_last_dim", lambda m, a: m.renorm(a, 2, -1, 1.0), [X * 3], True),
+    ("signbit_f16", lambda m, a: m.signbit(a), [np.array([-1.0, 0.0], dtype=np.float16)],
+     False),
+    ("copysign_bool", lambda m, a: m.copysign(a, -1.0), [np.array([True, False])], False),
+    ("sinc_f32", lambda m, a: m.sinc(a), [np.array([0.0, 0.25], dtype=np.float32)], False),
+    ("logaddexp_f32", lambda m, a: m.logaddexp(a, a), [np.array([1.0, -50.0],
+                                                                dtype=np.float32)], False),
+    ("frexp_f16", lambda m, a: m.frexp(a), [np.array([0.1, 3.0, 6e-8], dtype=np.float16)],
+     False),
+    ("nextafter_f16", lambda m, a: m.nextafter(a, a + 1), [np.array([0.1, 3.0],
+                                                                   dtype=np.float16)], False),
+    ("bucketize_scalar", lambda m, a: m.bucketize(3, a), [np.array([1, 3, 5])], False),
+    ("cdist_empty", lambda m, a: m.cdist(a, a), [np.zeros((0, 3))], False),
     ("addbmm", lambda m, i, a, b: m.addbmm(i, a, b), [_r(2, 2), _r(3, 2, 4), _r(3, 4, 2)], True),
     ("addbmm_scaled", lambda m, i, a, b: i.addbmm(a, b, beta=0.5, alpha=2),
      [_r(2, 2), _r(3, 2, 4), _r(3, 4, 2)], True),
@@ -413,6 +447,13 @@ def test_errors_match_torch(case):
     with pytest.raises(Exception) as f_err:
         fn(flow)
     assert isinstance(f_err.value, type(t_err.value)), (f_err.value, t_err.value)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy's 0 / 0, re-raised by warns
+def test_cov_warns_without_degrees_of_freedom():
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        r = flow.cov(flow.tensor([[1.0], [2.0]]))
+    assert np.isnan(r.numpy()).all()
 
 
 def test_nanmedian_all_nan_is_nan():

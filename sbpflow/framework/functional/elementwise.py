@@ -369,9 +369,8 @@ def copysign(input, other):
         negative = math.copysign(1.0, other) < 0
     else:
         raise _type_error("copysign", "other", other)
-    magnitude = abs(input)
     d = _result_dtype(input, other)
-    magnitude = magnitude.to(d if d.is_floating_point else _default_float())
+    magnitude = abs(input.to(d if d.is_floating_point else _default_float()))
     if isinstance(negative, bool):
         return neg(magnitude) if negative else magnitude
     return where(negative, neg(magnitude), magnitude)

@@ -309,8 +309,9 @@ def nanmedian(input, dim=None, keepdim=False):
         if keepdim:
             raise TypeError("nanmedian(): keepdim needs an explicit dim")
         flat = input.reshape(-1)
-        if flat.numel() == 0:
-            return median(input)
+        if flat.numel() == 0:  # torch: NaN
+            return _op("full", shape=(), fill_value=math.nan, dtype=input.dtype,
+                       _device=input._where())
         return nanmedian(flat, 0)[0].reshape(())
     if input.ndim == 0:
         _dim("nanmedian", dim, 0)
@@ -559,6 +560,9 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 - torch's argument names
             raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
     if lo == hi:
         lo, hi = lo - 1, hi + 1
+    if x.numel() == 0:
+        return _op("full", shape=(bins,), fill_value=0, dtype=input.dtype,
+                   _device=input._where())
     inside = (x >= lo) & (x <= hi)
     pos = ((x - lo) * (bins / (hi - lo))).floor().clamp(0, bins - 1)
     pos = pos.masked_fill(inside.logical_not(), 0).to(_long())
@@ -747,6 +751,11 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     from .linalg import mm
 
     # A non-positive normaliser is clamped to 0 (inf and NaN results), as torch.
+    if isinstance(factor, float) and factor <= 0:
+        import warnings
+
+        warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less "
+                      "than the number of observations.", UserWarning, stacklevel=2)
     factor = builtins.max(factor, 0.0) if isinstance(factor, float) else factor.clamp(min=0)
     c = mm(xw, xc.t()) / factor
     return c.reshape(()) if input.ndim < 2 else c
