@@ -600,3 +600,22 @@ def test_legacy_new():
             _same(got, expected)
     with pytest.raises(TypeError):
         a.new(flow.tensor([1, 2]))
+
+
+# -- global tensors ----------------------------------------------------------------------------
+def test_global_tensors_match_local():
+    """The compositions on global tensors (broadcast, S(0), S(1)) on 2 ranks equal the local
+    run, values and gradients (tests/ops/api_fill_T2_global_check.py)."""
+    import re
+    from pathlib import Path
+
+    from tests.mpijob import mpiexec_cmd, run_job
+
+    script = str(Path(__file__).resolve().parent / "api_fill_T2_global_check.py")
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", script), timeout=180)
+    assert job.returncode == 0, job.output[-6000:]
+    assert job.strays == 0, job.output[-6000:]
+    passed = re.findall(r"rank (\d+): api fill T2 global check passed \((\d+) cases\)",
+                        job.stdout)
+    assert sorted(int(r) for r, _ in passed) == [0, 1], job.output[-6000:]
+    assert all(int(c) >= 80 for _, c in passed), job.output[-6000:]

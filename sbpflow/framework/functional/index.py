@@ -601,6 +601,12 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
 def _scatter_into(input: Tensor, src: Tensor, make_view) -> Tensor:
     from .conversion import copy_
 
+    if input._gl is not None and any(x != B for x in input._gl.sbp):
+        # A view along a split axis is not a view of the pieces: write into the whole (B)
+        # tensor, then box back to input's SBP.
+        placement, sbp = input._gl.placement, input._gl.sbp
+        whole = input.to_global(placement, (B,) * placement.ndim)
+        return _scatter_into(whole, src, make_view).to_global(placement, sbp)
     out = call("clone", input)
     region = make_view(out)
     if tuple(src.shape) != tuple(region.shape):
