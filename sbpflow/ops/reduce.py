@@ -1460,3 +1460,86 @@ register(OpDef(
     reference=_searchsorted_reference,
     samples=_searchsorted_samples,
 ))
+
+
+# -- cummax / cummin ------------------------------------------------------------------------
+def _cum_extreme_meta(name):
+    def meta(x, dim):
+        normalize_dim(name, dim, x.ndim)
+        return TensorMeta(x.shape, x.dtype), TensorMeta(x.shape, dt.int64)
+
+    return meta
+
+
+def _cum_extreme_kernel(larger: bool):
+    """The running max (min) along dim and the index of its latest occurrence (a NaN, once
+    seen, stays, at the latest NaN's index), as torch's CPU loop.  Computed as a log-depth
+    scan of (value, index) pairs: at step s each slot takes the pair s slots back unless its
+    own wins; the later pair wins ties, so the rule is associative."""
+
+    def kernel(ctx, x, dim):
+        p = ctx.prims
+        xm = ctx.in_metas[0]
+        if xm.ndim == 0:
+            return p.contiguous(x), p.full((), dt.int64, 0)
+        d = normalize_dim("cummax" if larger else "cummin", dim, xm.ndim)
+        n = xm.shape[d]
+        v = p.contiguous(x)
+        line = tuple(n if i == d else 1 for i in range(xm.ndim))
+        idx = p.contiguous(p.broadcast_to(p.reshape(p.scan(
+            "cumsum", p.full((n,), dt.int64, 1), 0), line), xm.shape))
+        idx = p.binary("sub", idx, _scalar(ctx, 1, dt.int64))
+
+        def cut(t, start, stop):
+            return p.slice(t, tuple(slice(start, stop) if i == d else slice(None)
+                                    for i in range(xm.ndim)))
+
+        s = 1
+        while s < n:
+            before_v, before_i = cut(v, 0, n - s), cut(idx, 0, n - s)
+            own_v, own_i = cut(v, s, n), cut(idx, s, n)
+            earlier = p.binary("gt" if larger else "lt", before_v, own_v)
+            if xm.dtype.is_floating_point:  # a NaN beats numbers; of two NaNs the later
+                earlier = p.binary("logical_and", p.binary(
+                    "logical_or", earlier, p.unary("isnan", before_v)),
+                    p.unary("logical_not", p.unary("isnan", own_v)))
+            new_v, new_i = p.empty(xm.shape, xm.dtype), p.empty(xm.shape, dt.int64)
+            p.copy(cut(new_v, 0, s), cut(v, 0, s))
+            p.copy(cut(new_i, 0, s), cut(idx, 0, s))
+            p.copy(cut(new_v, s, n), p.where(earlier, before_v, own_v))
+            p.copy(cut(new_i, s, n), p.where(earlier, before_i, own_i))
+            v, idx = new_v, new_i
+            s *= 2
+        return v, idx
+
+    return kernel
+
+
+def _cum_extreme_samples(rng):
+    runs = np.array([[1.0, 3.0, 3.0, np.nan, 2.0, 5.0, np.nan, 1.0],
+                     [2.0, 1.0, 1.0, 0.0, 3.0, -1.0, -1.0, 7.0]])
+    return [
+        Sample(_distinct(rng, 3, 5), dim=1),
+        Sample(_distinct(rng, 4, 3, 2), dim=0),
+        Sample(_distinct(rng, 2, 9).astype(np.float32), dim=-1),
+        Sample(_rand(rng), dim=0),
+        Sample(runs, dim=1, grad=False),
+        Sample(_ints(rng, 4, 7, low=0, high=3), dim=1, grad=False),
+        Sample(_ints(rng, 4, 7, low=0, high=2) > 0, dim=0, grad=False),
+    ]
+
+
+for _kind, _larger in (("cummax", True), ("cummin", False)):
+    register(OpDef(
+        _kind,
+        inputs=("input",),
+        outputs=("values", "indices"),
+        attrs={"dim": Attr("int")},
+        infer_meta=_cum_extreme_meta(_kind),
+        kernel=_cum_extreme_kernel(_larger),
+        grad=_scatter_values_grad,  # each value came from its index: the gradient goes there
+        saves=("indices",),
+        sbp=_along_dim_sbp,  # lines along dim are independent
+        reference=(lambda k: lambda torch, x, dim: tuple(getattr(torch, k)(x, dim)))(_kind),
+        samples=_cum_extreme_samples,
+    ))

@@ -473,54 +473,14 @@ def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     return _quantile("nanquantile", input, q, dim, keepdim, interpolation, True)
 
 
-def _shifted(t, s, d, fill):
-    """t moved s places forward along d, the first s slots filled with `fill`."""
-    n = t.shape[d]
-    head = _op("full", shape=tuple(s if i == d else m for i, m in enumerate(t.shape)),
-                fill_value=fill, dtype=t.dtype, _device=t._where())
-    from .shape import cat
-
-    return cat([head, t.narrow(d, 0, n - s)], d)
-
-
-def _cum_extreme(name, input, dim, larger: bool):
-    """Running max/min along dim with the index of the last occurrence of the running value
-    (a NaN, once seen, stays: the latest NaN's index): a log-depth scan of (value, index)
-    pairs under "keep the later pair unless the earlier one wins strictly"."""
-    d = _dim(name, dim, input.ndim)
-    result = _cummax_result if larger else _cummin_result
-    if input.ndim == 0:
-        return result(input.clone(), _op("full", shape=(), fill_value=0, dtype=_long(),
-                                          _device=input._where()))
-    n = input.shape[d]
-    with _no_grad():
-        v = input.detach()
-        from .creation import arange
-
-        idx = arange(n, device=input._where()).reshape(
-            *[n if i == d else 1 for i in range(input.ndim)]).expand(*input.shape)
-        floating = v.dtype.is_floating_point
-        s = 1
-        while s < n:
-            pv, pi = v.narrow(d, 0, n - s), idx.narrow(d, 0, n - s)
-            cv, ci = v.narrow(d, s, n - s), idx.narrow(d, s, n - s)
-            earlier_wins = pv > cv if larger else pv < cv
-            if floating:  # a NaN wins over numbers; between NaNs the later one
-                earlier_wins = (earlier_wins | pv.isnan()) & cv.isnan().logical_not()
-            from .shape import cat
-
-            v = cat([v.narrow(d, 0, s), cv.where(earlier_wins.logical_not(), pv)], d)
-            idx = cat([idx.narrow(d, 0, s), ci.where(earlier_wins.logical_not(), pi)], d)
-            s *= 2
-    return result(input.gather(d, idx), idx)
-
-
 def cummax(input, dim):
-    return _cum_extreme("cummax", input, dim, True)
+    """The running maximum along dim and the index of its latest occurrence."""
+    return _cummax_result(*call("cummax", input, dim=dim))
 
 
 def cummin(input, dim):
-    return _cum_extreme("cummin", input, dim, False)
+    """The running minimum along dim and the index of its latest occurrence."""
+    return _cummin_result(*call("cummin", input, dim=dim))
 
 
 def logcumsumexp(input, dim):
