@@ -619,3 +619,44 @@ def test_global_tensors_match_local():
                         job.stdout)
     assert sorted(int(r) for r, _ in passed) == [0, 1], job.output[-6000:]
     assert all(int(c) >= 80 for _, c in passed), job.output[-6000:]
+
+
+# -- nn.Graph ----------------------------------------------------------------------------------
+def _inplace_chain(x):
+    y = x * 1
+    y.t_()
+    y.unsqueeze_(0)
+    return y * 2 + 1
+
+
+@pytest.mark.parametrize("fn", [
+    _inplace_chain, lambda x: (x * 1).squeeze_(0) if x.shape[0] == 1 else (x * 1).swapdims_(0, 1),
+    lambda x: flow.select_scatter(x, x[0] * 2, 0, 1),
+    lambda x: flow.slice_scatter(x, x[:, :2] * 2, 1, 1, 4, 2),
+    lambda x: flow.diagonal_scatter(x, x[0, :3]), lambda x: (x * 1).fill_diagonal_(3.0),
+    lambda x: flow.hstack([x, x]), lambda x: flow.diag_embed(x), lambda x: x.unfold(1, 2, 1),
+    lambda x: x.scatter_reduce(0, flow.tensor([[0, 1, 1, 2]]), x[:1], "amax"),
+    lambda x: flow.meshgrid(x[0], x[:, 0], indexing="xy")[1], lambda x: flow.rot90(x, 3),
+    lambda x: x.index_fill(1, flow.tensor([0, 2]), -1.0), lambda x: flow.combinations(x[0]),
+])
+def test_in_graph_equals_eager(fn):
+    class Traced(flow.nn.Graph):
+        def build(self, x):
+            return fn(x)
+
+    x = flow.tensor(X)
+    got, want = Traced()(x), fn(x)
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_inplace_view_op_on_a_captured_tensor_in_graph_raises():
+    captured = flow.tensor(X)
+
+    class Traced(flow.nn.Graph):
+        def build(self, x):
+            captured.t_()
+            return x
+
+    with pytest.raises(NotImplementedError, match="in-place view op"):
+        Traced()(flow.tensor(X))

@@ -598,53 +598,54 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
 
 
 # -- *_scatter: a copy of input with one view region replaced ---------------------------------
-def _scatter_into(input: Tensor, src: Tensor, make_view) -> Tensor:
-    from .conversion import copy_
-
-    if input._gl is not None and any(x != B for x in input._gl.sbp):
-        # A view along a split axis is not a view of the pieces: write into the whole (B)
-        # tensor, then box back to input's SBP.
-        placement, sbp = input._gl.placement, input._gl.sbp
-        whole = input.to_global(placement, (B,) * placement.ndim)
-        return _scatter_into(whole, src, make_view).to_global(placement, sbp)
-    out = call("clone", input)
-    region = make_view(out)
-    if tuple(src.shape) != tuple(region.shape):
+def _embed_into(input: Tensor, src: Tensor, region_shape, embed) -> Tensor:
+    """where(inside the region, src embedded by `embed`, input): out of place, so it works on
+    any layout, on split global tensors and inside nn.Graph alike."""
+    if tuple(src.shape) != tuple(region_shape):
         raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
-                           f"{list(src.shape)}, slice size = {list(region.shape)}")
-    copy_(region, src)
-    return out
+                           f"{list(src.shape)}, slice size = {list(region_shape)}")
+    if src.dtype is not input.dtype:
+        src = call("to_dtype", src, dtype=input.dtype)
+    ones = interpreter.apply(registry.get("full"), (),
+                             {"shape": tuple(src.shape), "fill_value": True, "dtype": dt.bool_},
+                             device=input._where())
+    return call("where", embed(ones), embed(src), input)
+
+
+def _key_scatter(name: str, input: Tensor, src: Tensor, key) -> Tensor:
+    from ...ops.index import basic_shape
+
+    shape = tuple(input.shape)
+    region = basic_shape(name, shape, key)
+    return _embed_into(input, src, region,
+                       lambda t: call("slice_grad", t, key=key, shape=shape))
 
 
 def select_scatter(input: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
-    from .shape import select
-
-    return _scatter_into(input, src, lambda o: select(o, dim, index))
+    if input.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = normalize_dim("select_scatter", dim, input.ndim)
+    index = _as_int(index)
+    n = input.shape[d]
+    if index < -n or index >= n:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(input.shape)} at dimension {d}")
+    return _key_scatter("select_scatter", input, src, (FULL,) * d + (("int", index),))
 
 
 def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start=None, end=None,
                   step: int = 1) -> Tensor:
     d = normalize_dim("slice_scatter", dim, input.ndim)
-    key = (FULL,) * d + (("slice", start, end, step),)
-    return _scatter_into(input, src, lambda o: call("slice", o, key=key))
+    return _key_scatter("slice_scatter", input, src,
+                        (FULL,) * d + (("slice", start, end, step),))
 
 
 def diagonal_scatter(input: Tensor, src: Tensor, offset: int = 0, dim1: int = 0,
                      dim2: int = 1) -> Tensor:
-    """where(on the diagonal, src embedded, input): a diagonal of any layout (a view of it
-    exists only for mergeable axes)."""
     region = call("diagonal_copy", input, offset=offset, dim1=dim1, dim2=dim2)
-    if tuple(src.shape) != tuple(region.shape):
-        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
-                           f"{list(src.shape)}, slice size = {list(region.shape)}")
-    if src.dtype is not input.dtype:
-        src = call("to_dtype", src, dtype=input.dtype)
     attrs = {"shape": tuple(input.shape), "offset": offset, "dim1": dim1, "dim2": dim2}
-    ones = interpreter.apply(registry.get("full"), (),
-                             {"shape": tuple(src.shape), "fill_value": True, "dtype": dt.bool_},
-                             device=input._where())
-    on_diagonal = call("diagonal_grad", ones, **attrs)
-    return call("where", on_diagonal, call("diagonal_grad", src, **attrs), input)
+    return _embed_into(input, src, tuple(region.shape),
+                       lambda t: call("diagonal_grad", t, **attrs))
 
 
 def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:

@@ -827,6 +827,10 @@ def _become_view(self: Tensor, view: Tensor) -> Tensor:
     from ..interpreter import check_inplace
 
     check_inplace("view_", self)
+    if "_lazy" in view.__dict__ and "_lazy" not in self.__dict__:
+        raise NotImplementedError(
+            "an in-place view op (t_, squeeze_, ...) on a tensor from outside "
+            "nn.Graph.build() is not supported inside it; use the out-of-place op")
     self._blob, self._meta = view._blob, view._meta
     self._strides, self._offset = view._strides, view._offset
     self._gl = view._gl
@@ -835,6 +839,14 @@ def _become_view(self: Tensor, view: Tensor) -> Tensor:
     if view._grad_fn is not None:
         self._grad_fn, self._output_nr = view._grad_fn, view._output_nr
         self._grad_fn_version = view._grad_fn_version
+    lazy, mine = view.__dict__, self.__dict__
+    if "_lazy" in lazy:  # inside nn.Graph.build(): the tensor now names the view's Job tensor
+        mine["_lazy"], mine["_lazy_rg"] = lazy["_lazy"], lazy.get("_lazy_rg", False)
+        base = lazy.get("_lazy_view")
+        if base is not None and base[0] is not self:
+            mine["_lazy_view"] = base
+        else:
+            mine.pop("_lazy_view", None)
     return self
 
 
