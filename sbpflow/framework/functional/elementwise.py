@@ -524,13 +524,13 @@ def frexp(input):
     a = abs(x)
     normal = logical_and(isfinite(x), ne(x, 0))
     e = add(floor(log2(where(normal, a, 1.0))), 1.0)
-    m = _times_pow2(x, neg(e))
+    m = _times_pow2(input, neg(e))  # differentiable in input: d mantissa = d input / 2**e
     # log2 may round across a power of two: bring the mantissa into [0.5, 1).
     big = ge(abs(m), 1.0)
     m, e = where(big, mul(m, 0.5), m), where(big, add(e, 1.0), e)
     small = lt(abs(m), 0.5)
     m, e = where(small, mul(m, 2.0), m), where(small, sub(e, 1.0), e)
-    m = where(normal, m, x)
+    m = where(normal, m, input)
     from ..._core import dtype as dt
 
     e = where(normal, e, 0.0).to(dt.int32)

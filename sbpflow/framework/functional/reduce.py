@@ -410,15 +410,14 @@ def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
             raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
         qs = q
         scalar_q = q.ndim == 0
+        # q's values are checked on the host, as torch does
+        if qs.numel() and not bool(((qs >= 0) & (qs <= 1)).all().item()):
+            raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
     else:
+        if not 0 <= q <= 1:
+            raise RuntimeError(f"{name}() q must be in the range [0, 1] but got {q}")
         qs = make_tensor(float(q), dtype=input.dtype, device=input._where())
         scalar_q = True
-    qh = qs.detach().reshape(-1).numpy() if qs.numel() else []
-    for v in qh:
-        if not 0 <= v <= 1:
-            raise RuntimeError(f"{name}() q values must be in the range [0, 1]"
-                               if isinstance(q, _tensor_mod.Tensor)
-                               else f"{name}() q must be in the range [0, 1] but got {q}")
     if input.numel() == 0:
         raise RuntimeError(f"{name}() input tensor must be non-empty")
     if dim is None:
