@@ -660,3 +660,21 @@ def test_inplace_view_op_on_a_captured_tensor_in_graph_raises():
 
     with pytest.raises(NotImplementedError, match="in-place view op"):
         Traced()(flow.tensor(X))
+
+
+@pytest.mark.parametrize("size,stride", [((2, 3, 4), (12, 4, 1)), ((2, 3, 4), (1, 8, 2)),
+                                         ((2, 3, 4, 5), (60, 1, 15, 3)), ((3, 1), (1, 1)),
+                                         ((0, 3), (3, 1)), ((), ())])
+def test_empty_strided(size, stride):
+    a, t = flow.empty_strided(size, stride), torch.empty_strided(size, stride)
+    assert tuple(a.shape) == tuple(t.shape) and a.dtype is flow.float32
+    assert all(n <= 1 or a.stride(i) == t.stride(i) for i, n in enumerate(size))
+    b = flow.tensor(X, dtype=flow.float64).new_empty_strided(size, stride, requires_grad=True)
+    assert b.dtype is flow.float64 and b.requires_grad and tuple(b.shape) == tuple(size)
+
+
+def test_empty_strided_errors():
+    with pytest.raises(RuntimeError):
+        flow.empty_strided((2, 3), (1,))
+    with pytest.raises(NotImplementedError, match="dense"):
+        flow.empty_strided((2, 3), (1, 1))  # overlapping: torch allows it, sbpflow cannot

@@ -1045,6 +1045,39 @@ def constant_pad_nd(input: Tensor, pad, value=0):
     return call("pad", input, pad=tuple(pad), mode="constant", value=value)
 
 
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False,
+                  pin_memory=False):
+    """An uninitialised tensor with the given strides, for dense layouts (a permutation of
+    contiguous strides, as channels_last); overlapping or gapped strides are not supported."""
+    from .creation import empty
+
+    size = shape_args("empty_strided", (size,))
+    stride = shape_args("empty_strided", (stride,))
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: "
+                           f"{list(size)}")
+    order = sorted(range(len(size)), key=lambda i: (-stride[i], i))  # outermost axis first
+    base = empty(*[size[i] for i in order], dtype=dtype, device=device)
+    inverse = tuple(order.index(i) for i in range(len(size)))
+    out = call("permute", base, dims=inverse) if inverse != tuple(range(len(size))) else base
+    got = out.stride()
+    if out.numel() and any(n > 1 and got[i] != stride[i] for i, n in enumerate(size)):
+        raise NotImplementedError(
+            f"empty_strided: strides {list(stride)} for size {list(size)} are not a dense "
+            "layout (a permutation of contiguous strides); sbpflow tensors cannot overlap or "
+            "have gaps")
+    return out.requires_grad_() if requires_grad else out
+
+
+def _new_empty_strided(self: Tensor, size, stride, *, dtype=None, layout=None, device=None,
+                       requires_grad=False, pin_memory=False):
+    return empty_strided(size, stride, dtype=self.dtype if dtype is None else dtype,
+                         device=self._where() if device is None else device,
+                         requires_grad=requires_grad)
+
+
 METHODS = {
     "view": view, "reshape": reshape, "expand": expand, "expand_as": expand_as,
     "permute": permute, "transpose": transpose, "t": t, "contiguous": contiguous,
@@ -1074,6 +1107,7 @@ METHODS = {
     "swapaxes_": _inplace_view(transpose), "swapdims_": _inplace_view(transpose),
     "resize_": _resize_, "resize_as_": _resize_as_, "as_strided": as_strided,
     "adjoint": adjoint, "H": property(_h), "mH": property(_matrix_transpose("mH")),
+    "new_empty_strided": _new_empty_strided,
 }
 
 __all__ = [
@@ -1092,5 +1126,5 @@ __all__ = [
     "alias_copy", "as_strided", "as_strided_copy", "expand_copy", "permute_copy",
     "select_copy", "slice_copy", "split_copy", "split_with_sizes_copy", "squeeze_copy",
     "t_copy", "transpose_copy", "unbind_copy", "unfold_copy", "unsqueeze_copy", "vander",
-    "view_copy", "adjoint", "constant_pad_nd", "resize_as_",
+    "view_copy", "adjoint", "constant_pad_nd", "resize_as_", "empty_strided",
 ]
