@@ -531,3 +531,38 @@ def test_mode_long_slices():
     np.testing.assert_array_equal(a[np.arange(3), idx], f.values.numpy())
     for row, i in zip(a, idx, strict=True):
         assert i == np.nonzero(row == row[i])[0].max()
+
+
+GRAPH = {
+    "quantile": lambda m, x: m.quantile(x, 0.3, dim=1),
+    "nanquantile": lambda m, x: m.nanquantile(x, [0.2, 0.9][0], dim=0),
+    "mode": lambda m, x: m.mode(x.round())[0],
+    "isin": lambda m, x: m.isin(x, x[0]),
+    "nanmedian": lambda m, x: m.nanmedian(x, 1)[0],
+    "kthvalue": lambda m, x: m.kthvalue(x, 2)[1],
+    "cummax": lambda m, x: m.cummax(x, 1)[0],
+    "logcumsumexp": lambda m, x: m.logcumsumexp(x, 1),
+    "searchsorted": lambda m, x: m.searchsorted(m.sort(x.reshape(-1))[0], x),
+    "cdist": lambda m, x: m.cdist(x, x * 2),
+    "cov": lambda m, x: m.cov(x),
+    "logaddexp": lambda m, x: m.logaddexp(x, x * 2),
+    "xlogy": lambda m, x: m.xlogy(x, x.abs()),
+    "frexp": lambda m, x: m.frexp(x)[0],
+    "gcd": lambda m, x: m.gcd(x.long(), x.long() + 3),
+    "nextafter": lambda m, x: m.nextafter(x, x + 1),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAPH))
+def test_nn_graph_traces_the_same_values(name):
+    """The compositions trace in nn.Graph (no host reads of traced values) and give eager's
+    values, which match torch's."""
+    fn = GRAPH[name]
+    x = _r(4, 6) * 3
+
+    class G(flow.nn.Graph):
+        def build(self, t):
+            return fn(flow, t)
+
+    traced = G()(flow.tensor(x))
+    _check_same(traced, fn(torch, torch.tensor(x)), 1e-9)

@@ -620,7 +620,8 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
         # Sort the test elements and binary-search each element: O((n + m) log m).
         test = test_elements.detach().reshape(-1).sort()[0]
         pos = call("searchsorted", test, elements.detach()).clamp(max=test.shape[0] - 1)
-        found = eq(test.take(pos.reshape(-1)).reshape(*elements.shape), elements.detach())
+        picked = call("gather", test, pos.reshape(-1), dim=0).reshape(*elements.shape)
+        found = eq(picked, elements.detach())
     return logical_not(found) if invert else found
 
 

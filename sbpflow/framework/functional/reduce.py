@@ -328,10 +328,16 @@ def nanmedian(input, dim=None, keepdim=False):
         pos = _op("full", shape=(), fill_value=(input.shape[d] - 1) // 2, dtype=_long(),
                    _device=input._where()).expand(
             *[1 if i == d else n for i, n in enumerate(input.shape)])
-    v, i = values.gather(d, pos), indices.gather(d, pos)
+    v, i = _gather(values, d, pos), _gather(indices, d, pos)
     if not keepdim:
         v, i = v.squeeze(d), i.squeeze(d)
     return _nanmedian_result(v, i)
+
+
+def _gather(t, dim, index):
+    """The gather op for indices in range by construction: no host check of their values
+    (which nn.Graph tracing could not read)."""
+    return call("gather", t, index, dim=dim)
 
 
 def _long():
@@ -383,9 +389,9 @@ def mode(input, dim=-1, keepdim=False):
         last = cummin(iota.masked_fill(ends.logical_not(), n).flip(-1), -1)[0].flip(-1)
         count = last - first
         top = argmax(count, -1, keepdim=True)  # the first (smallest) of the most frequent
-        value = s.gather(-1, top)
+        value = _gather(s, -1, top)
         index = amax(iota.masked_fill(x != value, -1), -1, keepdim=True).movedim(-1, d)
-    values = input.gather(d, index)
+    values = _gather(input, d, index)
     if not keepdim:
         values, index = values.squeeze(d), index.squeeze(d)
     return _mode_result(values, index)
@@ -445,7 +451,7 @@ def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
         rank = rank.round()
     lo = rank.floor().to(_long()).clamp(0, n - 1)
     hi = rank.ceil().to(_long()).clamp(0, n - 1)
-    below, above = s.gather(-1, lo), s.gather(-1, hi)
+    below, above = _gather(s, -1, lo), _gather(s, -1, hi)
     if interpolation == "midpoint":
         weight = (hi > lo).to(s.dtype) * 0.5
     else:
