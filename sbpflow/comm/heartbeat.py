@@ -71,10 +71,10 @@ class Heartbeat:
         self.last_heard = {p: now for p in self.peers}
         self._out: list = []  # sends in flight, with their buffers
         self._beat = bytearray([_BEAT])
-        self._in = bytearray(1)
         self._byes: set[int] = set()
-        self._status = mpi.Status()
-        self._recv = comm.Irecv([self._in, mpi.BYTE], mpi.ANY_SOURCE, _TAG)
+        # One receive per peer (not one from any source: with MPICH over UCX a wildcard
+        # receive was seen to leave messages from some peers unmatched).
+        self._recvs = {peer: self._post(peer, bytearray(1)) for peer in self.peers}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sbpflow-heartbeat",
                                         daemon=True)
@@ -116,16 +116,19 @@ class Heartbeat:
         except Exception as exc:  # never let the heartbeat itself take the job down
             sys.stderr.write(f"rank {self.rank}: sbpflow heartbeat stopped: {exc!r}\n")
 
+    def _post(self, peer: int, buf: bytearray):
+        return self._comm.Irecv([buf, self._mpi.BYTE], peer, _TAG), buf
+
     def _hear(self, now: float) -> None:
-        while self._recv.Test(self._status):
-            source, kind = self._status.Get_source(), self._in[0]
-            if kind == _BYE:  # that peer has ended: nothing more comes from it
-                self._byes.add(source)
-                self.last_heard.pop(source, None)
-            elif source in self.last_heard:
-                self.last_heard[source] = now
-            self._recv = self._comm.Irecv([self._in, self._mpi.BYTE], self._mpi.ANY_SOURCE,
-                                          _TAG)
+        for peer, (req, buf) in list(self._recvs.items()):
+            while req.Test():
+                if buf[0] == _BYE:  # that peer has ended: nothing more comes from it
+                    self._byes.add(peer)
+                    self.last_heard.pop(peer, None)
+                    del self._recvs[peer]
+                    break
+                self.last_heard[peer] = now
+                req, buf = self._recvs[peer] = self._post(peer, buf)
 
     def _send_beats(self) -> None:
         self._out = [(req, buf) for req, buf in self._out if not req.Test()]
@@ -157,7 +160,7 @@ class Heartbeat:
         """
         self._stop.set()
         self._thread.join(timeout=2.0)
-        if self._recv is None:
+        if self._recvs is None:
             return
         bye = bytearray([_BYE])
         for peer in self.peers:
@@ -166,9 +169,10 @@ class Heartbeat:
         while not self._byes.issuperset(self.peers) and time.monotonic() < deadline:
             self._hear(time.monotonic())
             time.sleep(0.002)
-        self._recv.Cancel()
-        self._recv.Wait()
-        self._recv = None
+        for req, _ in self._recvs.values():  # peers that said no goodbye in time
+            req.Cancel()
+            req.Wait()
+        self._recvs = None
         while self._out and time.monotonic() < deadline:
             self._out = [(req, buf) for req, buf in self._out if not req.Test()]
             if self._out:

@@ -96,12 +96,13 @@ def _no_process_left(machines, within_s=5.0):
     raise AssertionError(f"processes left in the namespaces: {left}")
 
 
-def _fault_then_resume(machines, tmp_path, reference, inject, env=None, resume=True):
+def _fault_then_resume(machines, tmp_path, reference, inject, env=None, resume=True,
+                       nproc=1):
     """Start training, inject a fault after step 2, check how the job ended; then resume
     from the checkpoint and check the result. Returns the faulty job's result."""
     run = tmp_path / "run"
     run.mkdir()
-    job = machines.launch(1, SCRIPT, "--dir", str(run), "--steps", str(STEPS),
+    job = machines.launch(nproc, SCRIPT, "--dir", str(run), "--steps", str(STEPS),
                           "--step-delay", "0.5", env=env)
     try:
         job.wait_for("rank 0: step 2", JOB_LIMIT_S)
@@ -150,12 +151,18 @@ def test_cut_link_is_noticed_by_the_heartbeat(machines, tmp_path, reference):
 
 
 def test_frozen_rank_on_other_machine(machines, tmp_path, reference):
-    # A shorter heartbeat timeout than the default, as a user may set it (and a faster test).
-    result = _fault_then_resume(
-        machines, tmp_path, reference, lambda: machines.kill_rank(1, SCRIPT, signal.SIGSTOP),
-        env={"SBPFLOW_HEARTBEAT_TIMEOUT": "5"}, resume=False)
-    assert f"has heard nothing from rank 1 (host {OTHER_HOST}) for 5." in result.stderr, (
-        result.output)
+    # Two ranks on each machine (rank 0 hears three peers), one of the other machine's
+    # frozen; a shorter heartbeat timeout than the default, as a user may set it.
+    frozen = []
+
+    def freeze():
+        frozen.append(machines.rank_of(machines.kill_rank(1, SCRIPT, signal.SIGSTOP)))
+
+    result = _fault_then_resume(machines, tmp_path, reference, freeze,
+                                env={"SBPFLOW_HEARTBEAT_TIMEOUT": "5"}, resume=False, nproc=2)
+    assert frozen[0] in (2, 3)
+    assert (f"has heard nothing from rank {frozen[0]} (host {OTHER_HOST}) for 5."
+            in result.stderr), result.output
 
 
 def test_slow_lossy_link_changes_nothing(machines, tmp_path, reference):

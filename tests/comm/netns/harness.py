@@ -288,6 +288,12 @@ class TwoMachines:
                 return pid
         raise AssertionError(f"no rank running {marker} in {self.ns[ns_index]}")
 
+    @staticmethod
+    def rank_of(pid: int) -> int:
+        """The rank a process of the job is (from the RANK the launcher gave it)."""
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return int(next(v for v in environ if v.startswith(b"RANK="))[5:])
+
     def cut_link(self) -> None:
         _ip("-n", self.ns[0], "link", "set", IFACE, "down")
 
