@@ -566,3 +566,21 @@ def test_nn_graph_traces_the_same_values(name):
 
     traced = G()(flow.tensor(x))
     _check_same(traced, fn(torch, torch.tensor(x)), 1e-9)
+
+
+def test_global_tensors_match_local():
+    """The functions on global tensors split S(0), S(1) or broadcast on 2 ranks equal the
+    local run, values and gradients (tests/ops/api_fill_T1_global_check.py)."""
+    import re
+    from pathlib import Path
+
+    from tests.mpijob import mpiexec_cmd, run_job
+
+    check = str(Path(__file__).resolve().parent / "api_fill_T1_global_check.py")
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", check), timeout=240)
+    assert job.returncode == 0, job.output[-6000:]
+    assert job.strays == 0, job.output[-6000:]
+    passed = re.findall(r"rank (\d+): api fill T1 global check passed \((\d+) cases\)",
+                        job.stdout)
+    assert sorted(int(r) for r, _ in passed) == [0, 1], job.output[-6000:]
+    assert all(int(c) >= 90 for _, c in passed), job.output[-6000:]
