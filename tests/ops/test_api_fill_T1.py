@@ -110,6 +110,13 @@ CASES = [
     ("copysign_scalar", lambda m, a: a.copysign(-2.0), [X], True),
     ("copysign_int", lambda m, a, b: m.copysign(a, b), [INTS, INTS - 1], False),
     ("hypot", lambda m, a, b: m.hypot(a, b), [X, _r(4)], True),
+    ("hypot_ties", lambda m, a, b: m.hypot(a, b), [X, -X], True),
+    ("hypot_extremes", lambda m, a, b: m.hypot(a, b),
+     [np.array([1e200, 1e-200, 0.0, np.inf, np.nan, 3.0, -np.inf]),
+      np.array([1e200, 1e-200, 0.0, np.nan, 2.0, 0.0, 1.0])], False),
+    ("hypot_f32", lambda m, a, b: m.hypot(a, b), [np.array([3e30, 3.0], dtype=np.float32),
+                                                  np.array([4e30, 4.0], dtype=np.float32)],
+     False),
     ("logaddexp", lambda m, a, b: m.logaddexp(a, b), [X * 5, _r(3, 4) * 5], True),
     ("logaddexp_inf", lambda m, a, b: m.logaddexp(a, b),
      [np.array([np.inf, -np.inf, 1.0, -np.inf]), np.array([np.inf, -np.inf, -np.inf, 2.0])],
@@ -477,7 +484,7 @@ def test_histc_ignores_out_of_range_and_counts_max():
     np.testing.assert_array_equal(flow.histc(x, bins=2, min=0, max=1).numpy(), [1.0, 2.0])
 
 
-def test_unique_sorted_on_global_tensor_device_stays():
+def test_unique_keeps_the_device():
     x = flow.tensor([3, 1, 3])
     u = flow.unique(x)
     assert u.device == x.device

@@ -399,8 +399,17 @@ def _float_pair(name, input, other, arg="other"):
 
 
 def hypot(input, other):
+    """sqrt(a**2 + b**2) as big * sqrt(1 + (small / big)**2), which neither overflows nor
+    underflows; an infinite side gives inf even beside NaN, as C's hypot."""
+    import math
+
     _float_pair("hypot", input, other)
-    return sqrt(add(mul(input, input), mul(other, other)))
+    a, b = abs(input), abs(other)
+    big, small = maximum(a, b), minimum(a, b)
+    safe = where(eq(big, 0), 1.0, big)
+    ratio = div(small, safe)
+    r = mul(big, sqrt(add(mul(ratio, ratio), 1.0)))
+    return where(logical_or(isinf(a), isinf(b)), math.inf, r)
 
 
 def logaddexp(input, other):
