@@ -363,13 +363,13 @@ class MpiCommunicator(Communicator):
             recv = result if result.flags.c_contiguous else np.empty(result.shape, result.dtype)
             src = _buf(_contiguous(send), t)
             dst = _buf(recv, t)
-            if len(set(send_sizes)) == 1 and len(set(recv_sizes)) == 1:
-                self._comm.Alltoall(src, dst)
-            else:
-                scounts = [n * row_elems for n in send_sizes]
-                rcounts = [n * row_elems for n in recv_sizes]
-                self._comm.Alltoallv([src[0], (scounts, _displacements(scounts)), t],
-                                     [dst[0], (rcounts, _displacements(rcounts)), t])
+            # Always Alltoallv: one rank's sizes may be even while another's are not, and
+            # every rank must call the same MPI collective (Alltoall on one and Alltoallv on
+            # the other hangs).
+            scounts = [n * row_elems for n in send_sizes]
+            rcounts = [n * row_elems for n in recv_sizes]
+            self._comm.Alltoallv([src[0], (scounts, _displacements(scounts)), t],
+                                 [dst[0], (rcounts, _displacements(rcounts)), t])
         finally:
             del self._pending[ident]
         if recv is not result:
