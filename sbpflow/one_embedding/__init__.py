@@ -56,7 +56,7 @@ from ..optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
-from ._hash import sum_rows_into
+from ._hash import dedup, sum_rows_into
 from .store import EmbeddingStore, SnapshotError
 
 __all__ = [
@@ -512,8 +512,8 @@ class Embedding(Module):
         keys, tids = self._check(ids, table_ids)
         plan = _Plan()
         plan.shape = tuple(ids.shape) + (self.embedding_dim,)
-        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        plan.uniq, plan.tids, plan.inverse = uniq, tids[first], inverse.reshape(-1)
+        uniq, first, inverse = dedup(keys)
+        plan.uniq, plan.tids, plan.inverse = uniq, tids[first], inverse
         rows = self._gather(plan)[plan.inverse].reshape(plan.shape)
         return _Lookup.apply(self.shadow, self, plan, rows)
 
@@ -530,8 +530,8 @@ class Embedding(Module):
         req = np.stack([plan.uniq[plan.order], plan.tids[plan.order]], axis=1)
         got = world.all_to_all(req, send_sizes=plan.send.tolist(),
                                recv_sizes=plan.recv.tolist())
-        keys, first, inv = np.unique(got[:, 0], return_index=True, return_inverse=True)
-        rows = self.store.lookup(keys, got[first, 1])[inv.reshape(-1)]
+        keys, first, inv = dedup(got[:, 0])
+        rows = self.store.lookup(keys, got[first, 1])[inv]
         back = world.all_to_all(np.ascontiguousarray(rows), send_sizes=plan.recv.tolist(),
                                 recv_sizes=plan.send.tolist())
         out = np.empty_like(back)
@@ -558,8 +558,8 @@ class Embedding(Module):
             uniq, grads = self._pending[0]  # one backward on one rank: ids already distinct
         else:
             keys = np.concatenate([k for k, _ in self._pending])
-            uniq, inverse = np.unique(keys, return_inverse=True)
-            grads = _sum_rows(inverse.reshape(-1),
+            uniq, _, inverse = dedup(keys)
+            grads = _sum_rows(inverse,
                               np.concatenate([g for _, g in self._pending]), len(uniq))
         self._pending.clear()
         rule = _rule_for(optimizer, group, self.embedding_dim, self.store.storage_dim,

@@ -138,6 +138,46 @@ if numba is not None:
                 out[i, c] += rows[j, c]
 
 
+    @_jit
+    def _dedup(keys, table_keys, table_pos, uniq, first, inverse):
+        """Distinct keys in first-seen order, through a scratch open-addressing table."""
+        mask = table_keys.shape[0] - 1
+        n = 0
+        for j in range(keys.shape[0]):
+            k = keys[j]
+            b = _bucket(k, mask)
+            while True:
+                t = table_keys[b]
+                if t == k:
+                    inverse[j] = table_pos[b]
+                    break
+                if t == -1:
+                    table_keys[b] = k
+                    table_pos[b] = n
+                    uniq[n] = k
+                    first[n] = j
+                    inverse[j] = n
+                    n += 1
+                    break
+                b = (b + 1) & mask
+        return n
+
+
+def dedup(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(uniq, first, inverse) of non-negative int64 keys: uniq in first-seen order,
+    keys[first] == uniq, uniq[inverse] == keys. One hashed pass (np.unique sorts)."""
+    keys = np.ascontiguousarray(keys, np.int64)
+    cap = 16
+    while cap < 2 * len(keys):
+        cap *= 2
+    uniq = np.empty(len(keys), np.int64)
+    first = np.empty(len(keys), np.int64)
+    inverse = np.empty(len(keys), np.int64)
+    n = _dedup(keys, np.full(cap, EMPTY, np.int64), np.empty(cap, np.int64), uniq, first,
+               inverse)
+    return uniq[:n], first[:n], inverse
+
+
 class KeyIndex:
     """key (int64 >= 0) -> slot (int64), open addressing, load factor kept at most 1/2."""
 

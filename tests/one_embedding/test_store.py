@@ -133,3 +133,15 @@ def test_snapshot_crash_keeps_previous_and_corruption_is_reported(tmp_path):
     with pytest.raises(SnapshotError, match="no snapshot named"):
         s.load_snapshot("nope")
     assert np.array_equal(s.read_rows(keys), before)  # failed loads changed nothing
+
+
+def test_dedup_against_numpy():
+    from sbpflow.one_embedding._hash import dedup
+
+    rng = np.random.default_rng(2)
+    keys = rng.integers(0, 2**62, 50)[rng.integers(0, 50, 3000)]
+    uniq, first, inverse = dedup(keys)
+    assert np.array_equal(np.sort(uniq), np.unique(keys))
+    assert np.array_equal(keys[first], uniq) and np.array_equal(uniq[inverse], keys)
+    assert np.array_equal(first, np.sort(first))  # first-seen order
+    assert [len(a) for a in dedup(np.empty(0, np.int64))] == [0, 0, 0]
