@@ -678,3 +678,45 @@ def test_empty_strided_errors():
         flow.empty_strided((2, 3), (1,))
     with pytest.raises(NotImplementedError, match="dense"):
         flow.empty_strided((2, 3), (1, 1))  # overlapping: torch allows it, sbpflow cannot
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, x, s: m.as_strided_scatter(x, s[:2, :2], (2, 2), (1, 2), 1),
+    lambda m, x, s: x[1:].as_strided_scatter(s[0, :2], (2,), (1,)),
+    lambda m, x, s: m.as_strided_scatter(x.t(), s[:3, :3], (3, 3), (4, 1)),
+    lambda m, x, s: m.as_strided_scatter(x, s[0, :0], (0,), (1,), 40),
+])
+def test_as_strided_scatter(fn):
+    # torch's backward for as_strided_scatter's input is wrong (it passes the gradient of the
+    # overwritten region instead of the rest); values here, gradients below
+    check(fn, X, X[::-1].copy() * 2, grad=False)
+
+
+def test_as_strided_scatter_gradient():
+    pos = torch.tensor([1, 3, 2, 4])  # as_strided((2, 2), (1, 2), 1) of a flat 3x4 tensor
+    check(lambda m, x, s: (m.as_strided_scatter(x, s[:2, :2], (2, 2), (1, 2), 1)
+                           if m is flow else x.reshape(-1).index_put(
+                               (pos,), s[:2, :2].reshape(-1)).reshape(3, 4)),
+          X, X[::-1].copy() * 2)
+
+
+def test_as_strided_scatter_errors():
+    raises_like(lambda m, x: m.as_strided_scatter(x, x[:2, :2], (2, 2), (4, 2), 9), X)
+    raises_like(lambda m, x: m.as_strided_scatter(x, x[:2, :3], (2, 2), (4, 2)), X)
+
+
+def test_deprecated_resize():
+    for args in [(3, 4), (12,), (2, 2, 3)]:
+        with pytest.warns(UserWarning, match="non-inplace resize is deprecated"):
+            got = flow.tensor(X).resize(*args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = torch.tensor(X).resize(*args)
+        _same(got, expected)
+    with pytest.warns(UserWarning, match="resize_as"):
+        got = flow.tensor(X).resize_as(flow.zeros(6, 2))
+    assert tuple(got.shape) == (6, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raises_like(lambda m, x: x.resize(5, 5), X)
+        check(lambda m, x: x.t().resize(2, 6), X)

@@ -1078,6 +1078,86 @@ def _new_empty_strided(self: Tensor, size, stride, *, dtype=None, layout=None, d
                          requires_grad=requires_grad)
 
 
+def as_strided_scatter(input: Tensor, src: Tensor, size, stride, storage_offset=None):
+    """A copy of input (as a fresh contiguous tensor) with the elements that
+    `as_strided(size, stride, storage_offset)` of that copy would show replaced by src."""
+    from ..._core import dtype as dt
+    from .creation import tensor as _tensor
+
+    size = shape_args("as_strided_scatter", (size,))
+    stride = shape_args("as_strided_scatter", (stride,))
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got "
+                           f"strides: {list(stride)}")
+    if tuple(src.shape) != size:
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                           f"{list(src.shape)}, slice size = {list(size)}")
+    offset = 0 if storage_offset is None else _int(storage_offset, "storage_offset")
+    numel = input.numel()
+    n_out = 1
+    for n in size:
+        n_out *= n
+    need = 0 if n_out == 0 else offset + sum((n - 1) * st for n, st in zip(size, stride,
+                                                                          strict=True)) + 1
+    if need > numel:
+        item = input.dtype.itemsize
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+            f"and itemsize {item} requiring a storage size of {need * item} are out of bounds "
+            f"for storage of size {numel * item}")
+    pos = np.full(size, offset, np.int64)
+    if size:
+        grids = np.indices(size, dtype=np.int64)
+        for k, st in enumerate(stride):
+            pos = pos + grids[k] * st
+    if src.dtype is not input.dtype:
+        src = call("to_dtype", src, dtype=input.dtype)
+    index = _tensor(pos.reshape(-1), dtype=dt.int64, device=input._where())
+    # torch's copy keeps a dense input's memory order (clone preserves its strides), and the
+    # positions count in that order
+    st = input.stride()
+    order = tuple(sorted(range(input.ndim), key=lambda i: (-st[i], i)))
+    moved = permute(input, order) if order != tuple(range(input.ndim)) else input
+    if not moved.is_contiguous():
+        moved, order = input, tuple(range(input.ndim))
+    out = call("index_put", [reshape(moved, -1), reshape(src, -1), index],
+               key=(("tensor", 0),), accumulate=False)
+    out = reshape(out, tuple(moved.shape))
+    if order != tuple(range(input.ndim)):
+        out = permute(out, tuple(order.index(i) for i in range(input.ndim)))
+    return out
+
+
+def _deprecated_resize(self: Tensor, *sizes):
+    """Tensor.resize (deprecated in torch): the same elements in a new shape."""
+    import warnings
+
+    warnings.warn("non-inplace resize is deprecated", UserWarning, stacklevel=2)
+    return _same_numel_resize(self, shape_args("resize", sizes))
+
+
+def _deprecated_resize_as(self: Tensor, other: Tensor):
+    import warnings
+
+    warnings.warn("non-inplace resize_as is deprecated", UserWarning, stacklevel=2)
+    return _same_numel_resize(self, tuple(other.shape))
+
+
+def _same_numel_resize(self: Tensor, shape):
+    numel = 1
+    for n in shape:
+        numel *= n
+    if numel != self.numel():
+        raise RuntimeError(
+            f"requested resize to {'x'.join(map(str, shape))} ({numel} elements in total), but "
+            f"the given tensor has a size of {'x'.join(map(str, self.shape))} ({self.numel()} "
+            "elements). autograd's resize can only change the shape of a given tensor, while "
+            "preserving the number of elements. ")
+    return reshape(self, shape)
+
+
 METHODS = {
     "view": view, "reshape": reshape, "expand": expand, "expand_as": expand_as,
     "permute": permute, "transpose": transpose, "t": t, "contiguous": contiguous,
@@ -1107,7 +1187,8 @@ METHODS = {
     "swapaxes_": _inplace_view(transpose), "swapdims_": _inplace_view(transpose),
     "resize_": _resize_, "resize_as_": _resize_as_, "as_strided": as_strided,
     "adjoint": adjoint, "H": property(_h), "mH": property(_matrix_transpose("mH")),
-    "new_empty_strided": _new_empty_strided,
+    "new_empty_strided": _new_empty_strided, "as_strided_scatter": as_strided_scatter,
+    "resize": _deprecated_resize, "resize_as": _deprecated_resize_as,
 }
 
 __all__ = [
@@ -1127,4 +1208,5 @@ __all__ = [
     "select_copy", "slice_copy", "split_copy", "split_with_sizes_copy", "squeeze_copy",
     "t_copy", "transpose_copy", "unbind_copy", "unfold_copy", "unsqueeze_copy", "vander",
     "view_copy", "adjoint", "constant_pad_nd", "resize_as_", "empty_strided",
+    "as_strided_scatter",
 ]
