@@ -148,7 +148,8 @@ _MARK = b"[mpiexec@"
 def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
     """Copy mpiexec's stdout to ours as it comes; return its "Exit codes:" line, held back.
 
-    Lines that name an MPI_Abort caller are also kept in `hydra_lines`.
+    Lines that name an MPI_Abort caller, or a failed rank's host and code (hydra's "BAD
+    TERMINATION" report), are also kept in `hydra_lines`.
     """
     exit_line, hold = None, b""
     while True:
@@ -161,7 +162,8 @@ def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
                 exit_line = line.decode(errors="replace")
             else:
                 out.write(line + b"\n")
-                if hydra_lines is not None and b"MPI_Abort" in line:
+                if hydra_lines is not None and (b"MPI_Abort" in line or b"RUNNING AT " in line
+                                                or b"EXIT CODE: " in line):
                     hydra_lines += line[-512:] + b"\n"
                     del hydra_lines[:-8192]
         # A partial line goes out at once (progress bars, prompts), unless it may be ours.
@@ -223,6 +225,29 @@ def describe_failures(statuses: list[int], culprit: int | None = None) -> list[s
         lines.append(f"rank{'s' if len(ranks) > 1 else ''} {names} "
                      f"{'were' if len(ranks) > 1 else 'was'} stopped because of it ({how[4:]})")
     return lines
+
+
+_BAD_TERMINATION = re.compile(rb"PID \d+ RUNNING AT (\S+)\s*\n=\s*EXIT CODE: (-?\d+)")
+
+
+def describe_remote_failure(output: bytes, hosts: list[str], nproc: int) -> list[str]:
+    """When hydra printed no exit codes (it does not when a rank on another machine fails),
+    its "BAD TERMINATION" report still names the host: the ranks placed there, and its code
+    (a killed process's code is its signal)."""
+    m = _BAD_TERMINATION.search(output)
+    if m is None:
+        return []
+    host, code = m.group(1).decode(errors="replace"), int(m.group(2))
+    who = "a rank"
+    if host in hosts:
+        first = hosts.index(host) * nproc
+        who = f"rank {first}" if nproc == 1 else f"one of ranks {first}-{first + nproc - 1}"
+    how = f"ended with code {code}"
+    try:
+        how += f" (or was killed by signal {code}, {signal.Signals(code).name})"
+    except ValueError:
+        pass
+    return [f"{who} on host {host} {how} (the first failure)"]
 
 
 _ABORT_RANK = re.compile(rb"MPI_Abort\(\S+, -?\d+\) - process (\d+)")
@@ -372,6 +397,8 @@ def main(argv: list[str] | None = None) -> None:
         statuses = rank_statuses(exit_line) if exit_line else []
         culprit = _culprit(bytes(tail), watch, statuses)
         failures = describe_failures(statuses, culprit)
+        if not failures and hostfile:
+            failures = describe_remote_failure(bytes(tail), read_hostfile(hostfile), nproc)
         sys.stderr.write(
             f"sbpflow.distributed.launch: the job failed (mpiexec exit status {code})"
             + (": " + "; ".join(failures) if failures else "") + "\n"
