@@ -189,6 +189,8 @@ def test_stacking_errors():
     lambda m, x, v: m.combinations(v, 0),
     lambda m, x, v: m.combinations(v, 5),
     lambda m, x, v: m.combinations(v, 2, with_replacement=True),
+    lambda m, x, v: m.combinations(v, 3, with_replacement=True),
+    lambda m, x, v: m.combinations(v[:0], 2), lambda m, x, v: m.combinations(v[:1], 2, True),
     lambda m, x, v: m.rot90(x), lambda m, x, v: m.rot90(x, 2), lambda m, x, v: x.rot90(3),
     lambda m, x, v: m.rot90(x, -1, [1, 0]), lambda m, x, v: m.rot90(x, 4),
     lambda m, x, v: m.rot90(x.reshape(3, 2, 2), 1, [2, 0]),

@@ -725,9 +725,21 @@ def cartesian_prod(*tensors):
     return stack([reshape(g, -1) for g in grids], 1)
 
 
-def combinations(input: Tensor, r: int = 2, with_replacement: bool = False):
-    import itertools
+def _combination_indices(n: int, r: int, with_replacement: bool) -> np.ndarray:
+    """All r-combinations of range(n) in lexicographic order (itertools' order), as rows;
+    built one column at a time: each row is followed by every larger (or equal) value."""
+    rows = np.arange(n, dtype=np.int64)[:, None]
+    for _ in range(r - 1):
+        first = rows[:, -1] + (0 if with_replacement else 1)  # the smallest next value
+        counts = np.maximum(n - first, 0)
+        starts = np.cumsum(counts) - counts
+        nxt = (np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+               + np.repeat(first, counts))
+        rows = np.concatenate([np.repeat(rows, counts, axis=0), nxt[:, None]], axis=1)
+    return rows
 
+
+def combinations(input: Tensor, r: int = 2, with_replacement: bool = False):
     from ..._core import dtype as dt
     from .creation import tensor as _tensor
 
@@ -738,9 +750,7 @@ def combinations(input: Tensor, r: int = 2, with_replacement: bool = False):
         raise RuntimeError(f"Expect a non-negative number, but got {r}")
     if r == 0:
         return call("narrow", input, dim=0, start=0, length=0)
-    pick = itertools.combinations_with_replacement if with_replacement else (
-        itertools.combinations)
-    idx = np.asarray(list(pick(range(input.shape[0]), r)), np.int64).reshape(-1, r)
+    idx = _combination_indices(input.shape[0], r, with_replacement)
     flat = _tensor(idx.reshape(-1), dtype=dt.int64, device=input._where())
     out = call("index_select", input, flat, dim=0)
     return reshape(out, (idx.shape[0], r))
