@@ -80,7 +80,7 @@ CASES = [
     ("isclose_nan", lambda m, a, b: m.isclose(a, b, equal_nan=True), [SPECIAL, SPECIAL], False),
     ("isclose_int", lambda m, a, b: m.isclose(a, b, atol=1), [INTS, INTS + (INTS > 1) * 2],
      False),
-    # the difference in integers (float32 would round 2**40 + 1 to 2**40)
+    # torch measures integers in the default float dtype: 2**40 + 1 rounds to 2**40
     ("isclose_big_int", lambda m, a, b: m.isclose(a, b, rtol=0, atol=0.5),
      [np.array([2**40 + 1, 5]), np.array([2**40, 5])], False),
     ("allclose", lambda m, a, b: m.allclose(a, b), [X, X + 1e-9], False),

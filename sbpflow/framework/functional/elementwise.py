@@ -305,10 +305,10 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         close = logical_or(close, logical_and(isnan(input), isnan(other)))
     if (rtol == 0 and atol == 0) or input.dtype.name == "bool":
         return close
-    # As torch: the difference in the inputs' dtype, the allowance in floats (integers are
-    # cast to the default dtype for it).
-    b = other if other.dtype.is_floating_point else other.to(_default_float())
-    diff = abs(sub(input, other))
+    a, b = input, other
+    if not a.dtype.is_floating_point:  # torch measures integers in the default float dtype
+        a, b = a.to(_default_float()), b.to(_default_float())
+    diff = abs(sub(a, b))
     allowed = add(abs(mul(b, rtol)), atol)
     return logical_or(close, logical_and(isfinite(diff), le(diff, allowed)))
 
