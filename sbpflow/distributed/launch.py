@@ -143,6 +143,7 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
 
 
 _MARK = b"[mpiexec@"
+_MORE_EXIT_CODES = re.compile(rb"\[[^\]]+\]\s*[\d,]+")  # hydra: one line per further machine
 
 
 def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
@@ -151,7 +152,7 @@ def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
     Lines that name an MPI_Abort caller, or a failed rank's host and code (hydra's "BAD
     TERMINATION" report), are also kept in `hydra_lines`.
     """
-    exit_line, hold = None, b""
+    exit_line, hold, in_exit = None, b"", False
     while True:
         chunk = os.read(fd, 1 << 16)
         if not chunk:
@@ -159,15 +160,18 @@ def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
         *lines, hold = (hold + chunk).split(b"\n")
         for line in lines:
             if line.startswith(_MARK) and b"Exit codes:" in line:
-                exit_line = line.decode(errors="replace")
+                exit_line, in_exit = line.decode(errors="replace"), True
+            elif in_exit and _MORE_EXIT_CODES.fullmatch(line.strip()):
+                exit_line += " " + line.decode(errors="replace")  # the next machine's codes
             else:
+                in_exit = False
                 out.write(line + b"\n")
                 if hydra_lines is not None and (b"MPI_Abort" in line or b"RUNNING AT " in line
                                                 or b"EXIT CODE: " in line):
                     hydra_lines += line[-512:] + b"\n"
                     del hydra_lines[:-8192]
         # A partial line goes out at once (progress bars, prompts), unless it may be ours.
-        if hold and not (hold.startswith(_MARK) or _MARK.startswith(hold)):
+        if hold and not (in_exit or hold.startswith(_MARK) or _MARK.startswith(hold)):
             out.write(hold)
             hold = b""
         out.flush()

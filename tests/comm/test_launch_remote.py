@@ -27,3 +27,23 @@ def test_unknown_host_or_no_report():
     code_200 = REPORT.replace(b"CODE: 9", b"CODE: 200")
     assert describe_remote_failure(code_200, ["192.0.2.2"], 1) == [
         "rank 0 on host 192.0.2.2 ended with code 200 (the first failure)"]
+
+
+def test_exit_codes_of_every_machine_are_read():
+    # hydra writes the codes of each further machine on a line of its own.
+    import io
+    import os
+
+    from sbpflow.distributed.launch import _relay, rank_statuses
+
+    read, write = os.pipe()
+    os.write(write, b"rank 0: done\n[mpiexec@vm] Exit codes: [192.0.2.1] 0,0\n"
+                    b"[192.0.2.2] 0,9\n[192.0.2.3] 0,0\nafter\n")
+    os.close(write)
+    out = io.BytesIO()
+    try:
+        exit_line = _relay(read, out)
+    finally:
+        os.close(read)
+    assert rank_statuses(exit_line) == [0, 0, 0, 9, 0, 0]
+    assert out.getvalue() == b"rank 0: done\nafter\n"
