@@ -3,7 +3,7 @@
 Data-parallel training with one rank on each "machine" equals single-process training. Then
 faults on the other machine: its rank killed, the link between the machines cut, the rank
 frozen (SIGSTOP). Each ends the job within `ENDS_WITHIN_S` of the fault, with a message
-naming the lost rank's host (and, from the heartbeat, its rank), leaves no process behind,
+naming the lost rank's host and rank, leaves no process behind,
 and `--resume` from the last checkpoint ends with exactly the parameters of the run that had
 no fault. A degraded link (200 ms more latency each way, 5% loss: tc netem, or the harness's
 user-space relay where the kernel has no netem) slows the job down but must not end it, nor
