@@ -30,6 +30,7 @@ XN[0, 1] = XN[1, 2] = XN[1, 3] = np.nan  # NaNs, but no row of NaN only
 D = _distinct(3, 5)
 INTS = RNG.integers(0, 3, (4, 7))
 SPECIAL = np.array([np.inf, -np.inf, np.nan, 1.0, -0.0, 0.0, -2.5])
+GRID = RNG.integers(-3, 4, (27, 3)).astype(np.float64)
 RUNS = np.array([[1.0, 3.0, 3.0, np.nan, 2.0, 5.0, np.nan, 1.0],
                  [2.0, 1.0, 1.0, 0.0, 3.0, -1.0, -1.0, 7.0]])
 
@@ -312,6 +313,16 @@ CASES = [
     ("cdist_inf", lambda m, a, b: m.cdist(a, b, p=math.inf), [_r(4, 3), _r(5, 3)], True),
     ("cdist_p0", lambda m, a, b: m.cdist(a, b, p=0), [_r(4, 3), _r(5, 3)], False),
     ("cdist_p3", lambda m, a, b: m.cdist(a, b, p=3), [_r(4, 3), _r(5, 3)], True),
+    # more than 25 rows: torch's (and our) matrix-product form for p=2
+    ("cdist_mm", lambda m, a, b: m.cdist(a, b), [_r(30, 5), _r(20, 5)], True),
+    ("cdist_mm_forced", lambda m, a, b: m.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
+     [_r(2, 6, 4), _r(2, 7, 4)], True),
+    ("cdist_mm_never", lambda m, a, b: m.cdist(
+        a, b, compute_mode="donot_use_mm_for_euclid_dist"), [_r(30, 5), _r(20, 5)], True),
+    # equal rows (small integers: exact sums) have distance 0 and a zero gradient
+    ("cdist_mm_zero", lambda m, a, b: m.cdist(a, b), [GRID, np.concatenate([GRID[:5],
+                                                                            GRID[5:] + 1])],
+     True),
 ]
 
 
@@ -448,6 +459,7 @@ ERRORS = [
     ("cdist_columns", lambda m: m.cdist(m.ones(2, 3), m.ones(2, 4))),
     ("cdist_int", lambda m: m.cdist(m.ones(2, 3, dtype=m.long), m.ones(2, 3, dtype=m.long))),
     ("cdist_p", lambda m: m.cdist(m.ones(2, 3), m.ones(2, 3), p=-1)),
+    ("cdist_mode", lambda m: m.cdist(m.ones(2, 3), m.ones(2, 3), compute_mode=None)),
 ]
 
 

@@ -202,11 +202,29 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
                            f"{x1.shape[-1]} X2: {x2.shape[-1]}")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
-    if compute_mode not in (None, "use_mm_for_euclid_dist_if_necessary",
+    if compute_mode not in ("use_mm_for_euclid_dist_if_necessary",
                             "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist"):
         raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
+    rows, cols = x1.shape[-2], x2.shape[-2]
+    if p == 2 and (compute_mode == "use_mm_for_euclid_dist" or (
+            compute_mode == "use_mm_for_euclid_dist_if_necessary" and (rows > 25 or cols > 25))):
+        return _euclidean_dist(x1, x2)
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)  # (..., P, R, M)
     return vector_norm(diff, p, -1)
+
+
+def _euclidean_dist(x1, x2):
+    """torch's matrix-product form of the 2-norm distances: |a|**2 + |b|**2 - 2 a.b as one
+    matmul of padded rows, clamped at 0; the gradient is 0 where a distance is 0."""
+    from .shape import cat
+
+    n1 = (x1 * x1).sum(-1, keepdim=True)
+    n2 = (x2 * x2).sum(-1, keepdim=True)
+    a = cat([x1 * -2, n1, n1 * 0 + 1], -1)
+    b = cat([x2, n2 * 0 + 1, n2], -1)
+    squared = matmul(a, b.transpose(-1, -2)).clamp(min=0)
+    zero = squared == 0
+    return squared.masked_fill(zero, 1).sqrt().masked_fill(zero, 0)
 
 
 # -- torch.linalg ---------------------------------------------------------------------------
