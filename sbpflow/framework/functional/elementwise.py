@@ -7,6 +7,10 @@ take, so Python raises its own TypeError (and `t == None` is False), as with tor
 
 from __future__ import annotations
 
+import builtins
+import math
+
+from ..._core import dtype as dt
 from ..tensor import Tensor
 from ._base import as_tensor_arg, call, inplace_method, is_scalar
 
@@ -283,12 +287,6 @@ def _require_tensor(name, arg, x):
         raise TypeError(f"{name}(): argument '{arg}' must be Tensor, not {type(x).__name__}")
 
 
-def _require_floating(name, x, message=None):
-    if not x.dtype.is_floating_point:
-        raise NotImplementedError(message or f"\"{name}_cpu\" not implemented for "
-                                  f"'{_tname(x)}'")
-
-
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|input - other| <= atol + rtol * |other|, elementwise; equal values (infinities
     included) are close, NaN only with equal_nan."""
@@ -314,7 +312,7 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
-    return builtins_bool(isclose(input, other, rtol, atol, equal_nan).all().item())
+    return builtins.bool(isclose(input, other, rtol, atol, equal_nan).all().item())
 
 
 def equal(input, other) -> bool:
@@ -323,10 +321,7 @@ def equal(input, other) -> bool:
     _require_tensor("equal", "other", other)
     if tuple(input.shape) != tuple(other.shape):
         return False
-    return builtins_bool(eq(input, other).all().item())
-
-
-builtins_bool = bool
+    return builtins.bool(eq(input, other).all().item())
 
 
 def isposinf(input):
@@ -344,13 +339,7 @@ def isreal(input):
     _require_tensor("isreal", "input", input)
     from .creation import ones_like
 
-    return ones_like(input, dtype=_bool_dtype())
-
-
-def _bool_dtype():
-    from ..._core import dtype as dt
-
-    return dt.bool_
+    return ones_like(input, dtype=dt.bool_)
 
 
 signbit = _unary("signbit")
@@ -362,9 +351,7 @@ def copysign(input, other):
     if isinstance(other, Tensor):
         negative = call("signbit", other)
     elif _is_number(other):
-        import math
-
-        negative = math.copysign(1.0, other) < 0
+            negative = math.copysign(1.0, other) < 0
     else:
         raise _type_error("copysign", "other", other)
     d = _result_dtype(input, other)
@@ -383,8 +370,6 @@ def _result_dtype(*operands):
 
 
 def _default_float():
-    from ..._core import dtype as dt
-
     return dt.get_default_dtype()
 
 
@@ -399,8 +384,6 @@ def _float_pair(name, input, other, arg="other"):
 def hypot(input, other):
     """sqrt(a**2 + b**2) as big * sqrt(1 + (small / big)**2), which neither overflows nor
     underflows; an infinite side gives inf even beside NaN, as C's hypot."""
-    import math
-
     _float_pair("hypot", input, other)
     a, b = abs(input), abs(other)
     big, small = maximum(a, b), minimum(a, b)
@@ -421,8 +404,6 @@ def logaddexp(input, other):
 
 def logaddexp2(input, other):
     """log2(2**a + 2**b) = max + log2(1 + 2**-|a - b|)."""
-    import math
-
     _float_pair("logaddexp2", input, other)
     m = maximum(input, other)
     r = add(m, mul(log1p(pow(2.0, neg(abs(sub(input, other))))), 1.0 / math.log(2.0)))
@@ -444,8 +425,6 @@ def heaviside(input, values):
 
 def xlogy(input, other):
     """input * log(other), 0 where input == 0 (unless other is NaN)."""
-    import math
-
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
         raise TypeError("xlogy(): expected a Tensor for input or other")
     if not isinstance(input, Tensor):
@@ -478,8 +457,6 @@ def _wrap(number, like):
 
 def sinc(input):
     """sin(pi x) / (pi x), 1 at 0 (with a zero gradient there, as torch)."""
-    import math
-
     _require_tensor("sinc", "input", input)
     zero = eq(input, 0)
     x = mul(where(zero, 1, input), math.pi)
@@ -487,15 +464,11 @@ def sinc(input):
 
 
 def deg2rad(input):
-    import math
-
     _require_tensor("deg2rad", "input", input)
     return mul(input, math.pi / 180.0)
 
 
 def rad2deg(input):
-    import math
-
     _require_tensor("rad2deg", "input", input)
     return mul(input, 180.0 / math.pi)
 
@@ -538,8 +511,6 @@ def frexp(input):
     small = lt(abs(m), 0.5)
     m, e = where(small, mul(m, 2.0), m), where(small, sub(e, 1.0), e)
     m = where(normal, m, input)
-    from ..._core import dtype as dt
-
     e = where(normal, e, 0.0).to(dt.int32)
     return _Frexp(m, e)
 
@@ -561,8 +532,6 @@ def ldexp(input, other):
 def nextafter(input, other):
     """The next representable value after input toward other (no gradient, as torch)."""
     import numpy as np
-
-    from ..._core import dtype as dt
 
     _require_tensor("nextafter", "input", input)
     _require_tensor("nextafter", "other", other)
@@ -614,7 +583,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
         if not _is_number(elements):
             raise _type_error("isin", "element", elements)
         test = test_elements.reshape(-1)
-        found = any_(call("eq_scalar", test, other=elements))
+        found = _any(call("eq_scalar", test, other=elements))
     elif not isinstance(test_elements, Tensor):
         if not _is_number(test_elements):
             raise _type_error("isin", "test_element", test_elements)
@@ -622,7 +591,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     elif test_elements.numel() == 0:
         from .creation import zeros_like
 
-        found = zeros_like(elements, dtype=_bool_dtype())
+        found = zeros_like(elements, dtype=dt.bool_)
     else:
         # Sort the test elements and binary-search each element: O((n + m) log m).
         test = test_elements.detach().reshape(-1).sort()[0]
@@ -632,27 +601,23 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     return logical_not(found) if invert else found
 
 
-def any_(t, dim=None):
+def _any(t, dim=None):
     from .reduce import any as reduce_any
 
     return reduce_any(t, dim)
 
 
-_POISSON_MAX_RATE = 1e5
+_POISSON_MAX_RATE = 1e4  # the steps grow with the rate: past this, minutes
 
 
 def poisson(input, generator=None):
-    """A Poisson count for each rate, by inverting the CDF: one uniform draw u per element,
-    counted against the running sums F_k of the probabilities (k + 1 steps past the largest
-    rate by 12 standard deviations; the count is the number of F_k below u).  The steps
-    depend on the largest rate, read on the host; each is a few whole-tensor ops, with the
-    probabilities in log space so that large rates do not underflow.  No gradient (torch's
-    is zero)."""
-    import math
-
+    """A Poisson count for each rate, by inverting the CDF: with one uniform draw u per
+    element, the count is the number of k with P(X <= k) < u.  The k run from 0 to 12
+    standard deviations past the largest rate (read on the host), each step a few
+    whole-tensor ops; P(X = k) is formed in log space so that large rates do not underflow.
+    No gradient (torch's is zero)."""
     import numpy as np
 
-    from ..._core import dtype as dt
     from .creation import rand_like
 
     _require_tensor("poisson", "input", input)
