@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import math
 
+from ..._core import dtype as dt
 from ...ops.registry import op as _op
 from ._base import call, inplace_method, is_tensor
 
@@ -299,10 +300,6 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     return total / count.to(total.dtype)
 
 
-def _sorted_nan_last(input, d):
-    return sort(input, d, stable=True)  # NaN sorts last, in input order
-
-
 def nanmedian(input, dim=None, keepdim=False):
     """The lower median of the non-NaN elements (NaN where a slice is all NaN)."""
     if dim is None:
@@ -320,7 +317,7 @@ def nanmedian(input, dim=None, keepdim=False):
     d = _dim("nanmedian", dim, input.ndim)
     if input.shape[d] == 0:
         raise IndexError(f"nanmedian(): Expected reduction dim {d} to have non-zero size.")
-    values, indices = _sorted_nan_last(input, d)
+    values, indices = sort(input, d, stable=True)  # NaN sorts last
     if input.dtype.is_floating_point:
         count = sum(input.isnan().logical_not(), d, keepdim=True)
         pos = ((count - 1) // 2).clamp(min=0)
@@ -341,8 +338,6 @@ def _gather(t, dim, index):
 
 
 def _long():
-    from ..._core import dtype as dt
-
     return dt.int64
 
 
@@ -401,7 +396,6 @@ _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
 def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
-    from .. import tensor as _tensor_mod
     from .creation import tensor as make_tensor
 
     if not input.dtype.is_floating_point or input.dtype.itemsize < 4:
@@ -409,7 +403,7 @@ def _quantile(name, input, q, dim, keepdim, interpolation, ignore_nan):
     if interpolation not in _INTERPOLATIONS:
         raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, "
                            f"midpoint or nearest, but got {interpolation}")
-    if isinstance(q, _tensor_mod.Tensor):
+    if is_tensor(q):
         if q.dtype is not input.dtype:
             raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
         if q.ndim > 1:
@@ -556,8 +550,6 @@ def bincount(input, weights=None, minlength=0):
     if weights is None:
         d, src = _long(), None
     else:
-        from ..._core import dtype as dt
-
         d = weights.dtype if weights.dtype.is_floating_point else dt.float64
         src = weights.to(d)
     zeros = _op("full", shape=(n,), fill_value=0, dtype=d, _device=input._where())
@@ -625,7 +617,6 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                  sorter=None, out=None):
     """The insertion index of each value into the sorted innermost rows (a binary search:
     the count of boundaries below it, at or below it with right=True)."""
-    from .. import tensor as _tensor_mod
     from ._base import as_tensor_arg
 
     if out is not None:
@@ -639,7 +630,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                                "opposites, got side of left while right was True")
         right = side == "right"
     seq = sorted_sequence
-    scalar = not isinstance(input, _tensor_mod.Tensor)
+    scalar = not is_tensor(input)
     if scalar:
         if seq.ndim != 1:
             raise RuntimeError("torch.searchsorted(): input value can be a scalar only when "
@@ -678,8 +669,6 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
                            f"input with {input.ndim} dimensions")
     x = input.reshape(1, -1) if input.ndim < 2 else input
     if not x.dtype.is_floating_point:
-        from ..._core import dtype as dt
-
         x = x.to(dt.get_default_dtype())
     n = x.shape[1]
     w = None
@@ -760,9 +749,7 @@ def _trapezoid_parts(name, y, x, dx, dim):
     if n == 0:
         return None, d
     pairs = y.narrow(d, 1, n - 1) + y.narrow(d, 0, n - 1)
-    from .. import tensor as _tensor_mod
-
-    if x is None or not isinstance(x, _tensor_mod.Tensor):
+    if x is None or not is_tensor(x):
         step = dx if x is None else x
         return pairs * (0.5 * (1 if step is None else step)), d
     if x.ndim == 1:
