@@ -298,8 +298,8 @@ class Ftrl(Optimizer):
                 loss = closure()
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None or id(p) in _SHADOWS:
-                    continue
+                if p.grad is None or _embedding_of(p) is not None:
+                    continue  # a one-embedding's placeholder: the store applies the rule
                 st = self.state[p]
                 if not st:
                     st["accumulate"] = np.zeros(p.shape, np.float32)
@@ -320,12 +320,25 @@ class Ftrl(Optimizer):
 _SHADOWS: dict[int, weakref.ref] = {}  # id(shadow parameter) -> its embedding module
 
 
+def _forget(key: int):
+    def drop(ref) -> None:  # the embedding died; a newer one may hold the same id by now
+        if _SHADOWS.get(key) is ref:
+            del _SHADOWS[key]
+    return drop
+
+
+def _embedding_of(p):
+    """The live embedding whose placeholder parameter is `p`, or None (ids are reused)."""
+    ref = _SHADOWS.get(id(p))
+    emb = ref() if ref is not None else None
+    return emb if emb is not None and emb.shadow is p else None
+
+
 def _embeddings_of(optimizer):
     for group in optimizer.param_groups:
         for p in group["params"]:
-            ref = _SHADOWS.get(id(p))
-            emb = ref() if ref is not None else None
-            if emb is not None and emb.shadow is p:
+            emb = _embedding_of(p)
+            if emb is not None:
                 yield emb, group
 
 
@@ -444,7 +457,7 @@ class Embedding(Module):
             table_opts.get("physical_block_size", 4096),
             table_opts.get("capacity_hint", 0) // self.world_size)
         self.shadow = Parameter(_zeros(1))
-        _SHADOWS[id(self.shadow)] = weakref.ref(self)
+        _SHADOWS[id(self.shadow)] = weakref.ref(self, _forget(id(self.shadow)))
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     # -- snapshots --------------------------------------------------------------------------
