@@ -506,6 +506,9 @@ class _Decay:
     def __call__(self, x):
         return math.exp(-self.rate * x)
 
+    def __repr__(self):  # a stable test id (xdist workers must collect the same names)
+        return f"_Decay({self.rate})"
+
 
 CYCLIC = [
     {"base_lr": 0.01, "max_lr": 0.1, "step_size_up": 4},
