@@ -483,22 +483,8 @@ def cummin(input, dim):
 
 
 def logcumsumexp(input, dim):
-    """log(cumsum(exp(x))) without overflow: a log-depth scan under logaddexp."""
-    from .elementwise import logaddexp
-    from .shape import cat
-
-    if not input.dtype.is_floating_point:
-        raise NotImplementedError("\"logcumsumexp_out_cpu\" not implemented for "
-                                  f"'{_tname(input)}'")
-    d = _dim("logcumsumexp", dim, input.ndim)
-    if input.ndim == 0:
-        return input.clone()
-    n, r, s = input.shape[d], input, 1
-    while s < n:
-        r = cat([r.narrow(d, 0, s), logaddexp(r.narrow(d, 0, n - s), r.narrow(d, s, n - s))],
-                d)
-        s *= 2
-    return r if n > 1 else r.clone()
+    """log(cumsum(exp(input))) along dim, without overflow."""
+    return call("logcumsumexp", input, dim=dim)
 
 
 def histc(input, bins=100, min=0, max=0):  # noqa: A002 - torch's argument names
