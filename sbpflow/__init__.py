@@ -63,7 +63,7 @@ from . import comm, env  # noqa: E402  (flow.comm, flow.env; MPI starts only und
 from . import distributed  # noqa: E402  (publishes flow.comm.all_reduce and the other collectives)
 # torch's device and backend namespaces (CPU only: no CUDA, no accelerator)
 from . import accelerator, amp, backends, cuda, onnx, random, testing, types  # noqa: E402
-from . import mock_torch, profiler  # noqa: E402  (OneFlow's: `import torch` gives sbpflow while enabled)
+from . import mock_torch, one_embedding, profiler  # noqa: E402  (OneFlow's: `import torch` gives sbpflow while enabled)
 from .amp import autocast  # noqa: E402
 from ._legacy_types import CPU_TYPES as _CPU_TYPES  # noqa: E402
 from ._legacy_types import tensortype  # noqa: E402, F401
