@@ -60,8 +60,12 @@ class Device:
         if isinstance(type_, Device):
             type_, index = type_.type, type_.index
         elif ":" in type_:
-            type_, _, idx = type_.partition(":")
-            index = int(idx)
+            name, _, idx = type_.partition(":")
+            if not (idx.isascii() and idx.isdigit()):  # torch: no sign, no second colon
+                raise RuntimeError(f"Invalid device string: '{type_}'")
+            type_, index = name, int(idx)
+        if index is not None and index < 0:
+            raise RuntimeError("Device index must not be negative")
         if type_ in _PRIMITIVES:
             object.__setattr__(self, "prims", _PRIMITIVES[type_])
         elif type_ not in TORCH_DEVICE_TYPES:

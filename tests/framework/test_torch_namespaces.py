@@ -511,3 +511,19 @@ def test_a_cuda_generator_raises_as_on_torchs_cpu_build():
     with pytest.raises(RuntimeError, match="Cannot get CUDA generator without ATen_cuda") as got:
         flow.Generator(device="cuda")
     assert str(ref.value).startswith(str(got.value).split(";")[0])
+
+
+@pytest.mark.parametrize("spec", ["cpu:abc", "cpu:-1", "cpu:1:2", "cuda:x", "cpu:", "cpu:+1"])
+def test_a_malformed_device_string_raises_torchs_error(spec):
+    with pytest.raises(RuntimeError) as ref:
+        torch.device(spec)
+    with pytest.raises(RuntimeError) as got:
+        flow.device(spec)
+    assert str(got.value) == str(ref.value) == f"Invalid device string: '{spec}'"
+
+
+def test_a_negative_device_index_raises_torchs_error():
+    with pytest.raises(RuntimeError, match="Device index must not be negative"):
+        torch.device("cpu", -1)
+    with pytest.raises(RuntimeError, match="Device index must not be negative"):
+        flow.device("cpu", -1)
