@@ -1,4 +1,5 @@
-"""Optimizer update ops, emitted by the graph's optimizer pass.
+"""Optimizer update ops, emitted by the graph's optimizer pass and run by the eager
+optimizers' multi-tensor (foreach) steps, which write the outputs in place.
 
 Each op takes a parameter, its gradient and its optimizer state, plus host scalars fed at
 every graph call (`lr`, SGD's `first`: 1.0 while the momentum buffer is not initialised),
@@ -11,6 +12,8 @@ graph trains exactly as the eager optimizers in `sbpflow.optim` (which follow to
     Adam(W) t = t + 1;  g = ±grad (+ wd * p, Adam)  p = p * (1 - lr * wd) (AdamW)
             m = lerp(m, g, 1 - b1);  v = b2 * v + (1 - b2) * g * g;  v_hat = max(v_hat, v)
             p = p - lr / (1 - b1^t) * m / (sqrt(v or v_hat) / sqrt(1 - b2^t) + eps)
+    Adagrad t = t + 1;  g = ±grad (+ wd * p);  clr = lr / (1 + (t - 1) * lr_decay)
+            s = s + g * g;  p = p - clr * g / (sqrt(s) + eps)
 
 `multi_*` forms take the tensors of many parameters in one variadic call (the multi-tensor
 update that `allow_fuse_model_update_ops` selects): per parameter its (param, grad, states...)
@@ -23,6 +26,7 @@ import numpy as np
 
 from .._core.errors import op_error
 from .._core.meta import TensorMeta
+from .elementwise import _lerp_arrays
 from .registry import Attr, OpDef, Sample, register
 
 
@@ -194,12 +198,9 @@ def _adam_arrays(ctx, d, p, g, m, v, vmax, step, lr, beta1, beta2, eps, weight_d
             p = prims.binary("mul", p, _s(ctx, 1 - lr * weight_decay, d), out=p_out)
         else:
             g = prims.binary("add", g, prims.binary("mul", _s(ctx, weight_decay, d), p))
-    w = 1 - beta1  # lerp(m, g, w), torch's two-sided formula
-    diff = prims.binary("sub", g, m)
-    if abs(w) < 0.5:
-        m = prims.binary("add", m, prims.binary("mul", _s(ctx, w, d), diff), out=m_out)
-    else:
-        m = prims.binary("sub", g, prims.binary("mul", diff, _s(ctx, 1 - w, d)), out=m_out)
+    w = 1 - beta1  # lerp(m, g, w): the lerp op's own arithmetic (two-sided, fused as torch)
+    new_m = _lerp_arrays(ctx, m, g, w, -0.5 < w < 0.5)
+    m = new_m if m_out is None else prims.copy(m_out, new_m)
     gg = prims.binary("mul", prims.binary("mul", _s(ctx, 1 - beta2, d), g), g)
     v = prims.binary("mul", v, _s(ctx, beta2, d), out=v_out)
     v = prims.binary("add", v, gg, out=v)  # v is v_out or a fresh array
@@ -288,6 +289,87 @@ register(OpDef(
 ))
 
 
+# -- Adagrad --------------------------------------------------------------------------------
+_ADAGRAD_ATTRS = {"lr_decay": Attr("float", 0.0), "weight_decay": Attr("float", 0.0),
+                  "eps": Attr("float", 1e-10), "maximize": Attr("bool", False)}
+
+
+def _adagrad_meta(p, g, s, step, lr, **_):
+    _check_like("adagrad_update", p, (g, s), ("grad", "sum"))
+    _check_scalar("adagrad_update", step, "step")
+    _check_scalar("adagrad_update", lr, "lr")
+    return (p, s, step)
+
+
+def _adagrad_kernel(ctx, p, g, s, step, lr, lr_decay=0.0, weight_decay=0.0, eps=1e-10,
+                    maximize=False, out=None):
+    """torch's single-tensor Adagrad step (the eager optimizer's formula, same roundings):
+    t = t + 1;  g = ±grad (+ wd * p);  clr = lr / (1 + (t - 1) * lr_decay)
+    s = s + g * g;  p = p + (-clr) * (g / (sqrt(s) + eps)).
+    `out`: (param, sum, step) arrays or None, possibly the inputs' memory."""
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, s_out, t_out = out if out is not None else (None, None, None)
+    new_step = prims.binary("add", step, _s(ctx, 1, ctx.out_metas[2].dtype), out=t_out)
+    t = _host(ctx, new_step)
+    if maximize:
+        g = prims.unary("neg", g)
+    if weight_decay != 0:
+        g = prims.binary("add", g, prims.binary("mul", _s(ctx, weight_decay, d), p))
+    clr = _host(ctx, lr) / (1 + (t - 1) * lr_decay)
+    s = prims.binary("add", s, prims.binary("mul", g, g), out=s_out)
+    std = prims.binary("add", prims.unary("sqrt", s), _s(ctx, eps, d))
+    p = prims.binary("add", p, prims.binary("mul", _s(ctx, -clr, d), prims.binary("div", g, std)),
+                     out=p_out)
+    return p, s, new_step
+
+
+def _torch_adagrad(torch, p, g, s, step, lr, lr_decay=0.0, weight_decay=0.0, eps=1e-10,
+                   maximize=False):
+    p = p.detach().clone()
+    p.grad = g.detach().clone()
+    opt = torch.optim.Adagrad([p], lr=float(lr), lr_decay=lr_decay, weight_decay=weight_decay,
+                              eps=eps, maximize=maximize, foreach=False)
+    st = opt.state[p]
+    st["step"] = step.detach().clone().float()
+    st["sum"] = s.detach().clone()
+    opt.step()
+    return p.detach(), st["sum"], st["step"]
+
+
+def _adagrad_samples(rng):
+    def r(n, dtype=np.float64):
+        return rng.standard_normal(n).astype(dtype)
+
+    lr = np.asarray(0.1)
+    return [
+        Sample([r(4), r(4), np.abs(r(4)), np.asarray(2.0, np.float32), lr], grad=False,
+               weight_decay=0.1, lr_decay=0.01),
+        Sample([r(5, np.float32), r(5, np.float32), np.abs(r(5, np.float32)),
+                np.asarray(0.0, np.float32), lr], grad=False, maximize=True, eps=1e-6),
+    ]
+
+
+def _adagrad_update_kernel(ctx, ts, out=None, **a):
+    return _adagrad_kernel(ctx, *ts, out=out, **a)
+
+
+_adagrad_update_kernel.accepts_out = True
+_adagrad_update_kernel.out_may_alias_inputs = True
+
+register(OpDef(
+    "adagrad_update",
+    inputs=("*tensors",),  # param, grad, sum, step, lr
+    outputs=("param", "sum", "step"),
+    attrs=dict(_ADAGRAD_ATTRS),
+    infer_meta=_adagrad_meta,
+    kernel=_adagrad_update_kernel,
+    reference=lambda torch, ts, **a: _torch_adagrad(torch, *ts, **a),
+    samples=_adagrad_samples,
+    doc="One Adagrad step of one parameter (torch's formula); outputs param, sum, step.",
+))
+
+
 # -- multi-tensor forms ---------------------------------------------------------------------
 def _blocks(name, metas, n, per, shared):
     if n < 1 or len(metas) != n * per + shared:
@@ -358,6 +440,10 @@ _madam_meta, _madam_kernel = _multi("multi_adam_update", _adam_single_meta, _ada
                                     lambda a: _adam_per(a) + 1, lambda a: 1)
 
 
+_madagrad_meta, _madagrad_kernel = _multi("multi_adagrad_update", _adagrad_meta,
+                                          _adagrad_kernel, lambda a: 4, lambda a: 1)
+
+
 def _torch_multi(single, per_of):
     def ref(torch, ts, n=1, **attrs):
         per = per_of(attrs)
@@ -409,6 +495,19 @@ register(OpDef(
     samples=_multi_samples(_adam_samples, lambda a: _adam_per(a) + 1, lambda a: 1, 1),
     doc="Adam/AdamW steps of n parameters in one call; outputs per parameter param, "
         "exp_avg, exp_avg_sq[, max_exp_avg_sq], step.",
+))
+
+register(OpDef(
+    "multi_adagrad_update",
+    inputs=("*tensors",),  # n x (param, grad, sum, step), lr
+    outputs=("out",),
+    attrs={"n": Attr("int", 1), **_ADAGRAD_ATTRS},
+    infer_meta=_madagrad_meta,
+    kernel=_madagrad_kernel,
+    reference=_torch_multi(lambda torch, *ts, **a: _torch_adagrad(torch, *ts, **a),
+                           lambda a: 4),
+    samples=_multi_samples(_adagrad_samples, lambda a: 4, lambda a: 1, 2),
+    doc="Adagrad steps of n parameters in one call; outputs per parameter param, sum, step.",
 ))
 
 __all__: list[str] = []

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from ..framework import functional as F
-from .optimizer import Optimizer, _check_unsupported, _scalar, _step_counter
+from ..framework.tensor import Tensor
+from .optimizer import (
+    Optimizer,
+    _buckets,
+    _check_unsupported,
+    _foreach_ok,
+    _fused_inplace,
+    _HostScalars,
+    _scalar,
+    _step_counter,
+)
 
 
 class Adagrad(Optimizer):
@@ -37,6 +47,7 @@ class Adagrad(Optimizer):
             "maximize": maximize, "differentiable": differentiable, "fused": fused,
         }
         super().__init__(params, defaults)
+        self._host = _HostScalars()
         # torch creates Adagrad's state eagerly, so a fresh optimizer's state dict has it.
         for group in self.param_groups:
             for p in group["params"]:
@@ -46,26 +57,61 @@ class Adagrad(Optimizer):
         state = self.state[p]
         if len(state) == 0:
             state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
             state["sum"] = F.full_like(p, group["initial_accumulator_value"])
         return state
 
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr = _scalar(group["lr"])
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self._init_state(p, group)
-                step_t = state["step"]
-                step_t += 1
-                step = step_t.item()
-                grad = -p.grad if group["maximize"] else p.grad
-                if group["weight_decay"] != 0:
-                    grad = grad.add(p, alpha=group["weight_decay"])
-                clr = lr / (1 + (step - 1) * group["lr_decay"])
-                state_sum = state["sum"]
-                state_sum.addcmul_(grad, grad, value=1)
-                std = state_sum.sqrt().add_(group["eps"])
-                p.addcdiv_(grad, std, value=-clr)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_adagrad_update` per (device, dtype) bucket, written in place (the op
+        advances the step counters itself, so nothing is read back); False, with nothing
+        done, where it doesn't apply."""
+        grads = [p.grad for p in params]
+        if not _foreach_ok(params + grads):
+            return False
+        blocks = []
+        for p, g in zip(params, grads, strict=True):
+            if g._meta != p._meta or not p._meta.dtype.is_floating_point:
+                return False  # the per-parameter path raises torch's errors
+            state = self._init_state(p, group)
+            s, step_t = state.get("sum"), state.get("step")
+            if not (isinstance(step_t, Tensor) and step_t._meta.shape == ()
+                    and isinstance(s, Tensor) and s._meta == p._meta
+                    and _foreach_ok([p, s, step_t])):
+                return False
+            blocks.append((p, g, s, step_t))
+        attrs = {"lr_decay": float(group["lr_decay"]),
+                 "weight_decay": float(group["weight_decay"]), "eps": float(group["eps"]),
+                 "maximize": bool(group["maximize"])}
+        lr = float(_scalar(group["lr"]))
+        for bucket in _buckets(blocks, lambda b: (b[0]._device, b[0]._meta.dtype)):
+            attrs["n"] = len(bucket)
+            tensors = [t for block in bucket for t in block]
+            targets = [t for p, _, s, step_t in bucket for t in (p, s, step_t)]
+            _fused_inplace("multi_adagrad_update", tensors, (lr,), attrs, targets)
+        return True
+
+    def _single_group(self, group, params) -> None:
+        lr = _scalar(group["lr"])
+        for p in params:
+            state = self._init_state(p, group)
+            # The count as the host knows it: no read back from the device per step.
+            step = self._host.advance(p, state)
+            grad = -p.grad if group["maximize"] else p.grad
+            if group["weight_decay"] != 0:
+                grad = grad.add(p, alpha=group["weight_decay"])
+            clr = lr / (1 + (step - 1) * group["lr_decay"])
+            state_sum = state["sum"]
+            state_sum.addcmul_(grad, grad, value=1)
+            std = state_sum.sqrt().add_(group["eps"])
+            p.addcdiv_(grad, std, value=-clr)

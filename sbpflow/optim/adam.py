@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from ..framework import functional as F
-from .optimizer import Optimizer, _check_unsupported, _scalar, _step_counter
+from ..framework.tensor import Tensor
+from .optimizer import (
+    Optimizer,
+    _buckets,
+    _check_unsupported,
+    _foreach_ok,
+    _fused_inplace,
+    _HostScalars,
+    _scalar,
+    _step_counter,
+)
 
 
 class Adam(Optimizer):
@@ -38,11 +48,13 @@ class Adam(Optimizer):
             "decoupled_weight_decay": decoupled_weight_decay,
         }
         super().__init__(params, defaults)
+        self._host = _HostScalars()
 
     def _state_for(self, p, amsgrad: bool):
         state = self.state[p]
         if len(state) == 0:
             state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
             state["exp_avg"] = F.zeros_like(p)
             state["exp_avg_sq"] = F.zeros_like(p)
             if amsgrad:
@@ -52,38 +64,78 @@ class Adam(Optimizer):
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            beta1, beta2 = (_scalar(b) for b in group["betas"])
-            lr = _scalar(group["lr"])
-            weight_decay = group["weight_decay"]
-            eps = group["eps"]
-            amsgrad = group["amsgrad"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = -p.grad if group["maximize"] else p.grad
-                state = self._state_for(p, amsgrad)
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                step_t = state["step"]
-                step_t += 1
-                if weight_decay != 0:
-                    if group["decoupled_weight_decay"]:
-                        p.mul_(1 - lr * weight_decay)
-                    else:
-                        grad = grad.add(p, alpha=weight_decay)
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                step = step_t.item()
-                bias_correction1 = 1 - beta1**step
-                bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-                step_size = lr / bias_correction1
-                if amsgrad:
-                    max_exp_avg_sq = state["max_exp_avg_sq"]
-                    max_exp_avg_sq.copy_(F.maximum(max_exp_avg_sq, exp_avg_sq))
-                    denom = (state["max_exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(eps)
-                else:
-                    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                p.addcdiv_(exp_avg, denom, value=-step_size)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_adam_update` per (device, dtype) bucket, written in place (torch's
+        foreach path; the op advances the step counters itself, so nothing is read back);
+        False, with nothing done, where it doesn't apply."""
+        amsgrad = bool(group["amsgrad"])
+        grads = [p.grad for p in params]
+        if not _foreach_ok(params + grads):
+            return False
+        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if amsgrad else ("exp_avg",
+                                                                             "exp_avg_sq")
+        blocks = []
+        for p, g in zip(params, grads, strict=True):
+            if g._meta != p._meta or not p._meta.dtype.is_floating_point:
+                return False  # the per-parameter path raises torch's errors
+            state = self._state_for(p, amsgrad)
+            states = [state.get(k) for k in keys]
+            step_t = state.get("step")
+            if not (isinstance(step_t, Tensor) and step_t._meta.shape == ()
+                    and all(isinstance(s, Tensor) and s._meta == p._meta for s in states)
+                    and _foreach_ok([p, *states, step_t])):
+                return False
+            blocks.append((p, g, states, step_t))
+        beta1, beta2 = (float(_scalar(b)) for b in group["betas"])
+        attrs = {"beta1": beta1, "beta2": beta2, "eps": float(group["eps"]),
+                 "weight_decay": float(group["weight_decay"]),
+                 "decoupled_weight_decay": bool(group["decoupled_weight_decay"]),
+                 "amsgrad": amsgrad, "maximize": bool(group["maximize"])}
+        lr = float(_scalar(group["lr"]))
+        for bucket in _buckets(blocks, lambda b: (b[0]._device, b[0]._meta.dtype)):
+            attrs["n"] = len(bucket)
+            tensors = [t for p, g, states, step_t in bucket for t in (p, g, *states, step_t)]
+            targets = [t for p, _, states, step_t in bucket for t in (p, *states, step_t)]
+            _fused_inplace("multi_adam_update", tensors, (lr,), attrs, targets)
+        return True
+
+    def _single_group(self, group, params) -> None:
+        beta1, beta2 = (_scalar(b) for b in group["betas"])
+        lr = _scalar(group["lr"])
+        weight_decay = group["weight_decay"]
+        eps = group["eps"]
+        amsgrad = group["amsgrad"]
+        for p in params:
+            grad = -p.grad if group["maximize"] else p.grad
+            state = self._state_for(p, amsgrad)
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            # The count as the host knows it: no read back from the device per step.
+            step = self._host.advance(p, state)
+            if weight_decay != 0:
+                if group["decoupled_weight_decay"]:
+                    p.mul_(1 - lr * weight_decay)
+                else:
+                    grad = grad.add(p, alpha=weight_decay)
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            bias_correction1 = 1 - beta1**step
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            step_size = lr / bias_correction1
+            if amsgrad:
+                max_exp_avg_sq = state["max_exp_avg_sq"]
+                max_exp_avg_sq.copy_(F.maximum(max_exp_avg_sq, exp_avg_sq))
+                denom = (state["max_exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(eps)
+            else:
+                denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+            p.addcdiv_(exp_avg, denom, value=-step_size)
 
 
 class AdamW(Adam):

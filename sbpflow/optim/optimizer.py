@@ -15,14 +15,19 @@ import functools
 import warnings
 from collections import OrderedDict, defaultdict
 from itertools import chain
+from threading import get_ident
 from typing import Any
 
 import numpy as _np
 
 from .._core import dtype as dt
+from .._core.meta import TensorMeta
 from ..autograd import grad_mode
+from ..framework import interpreter as _interp
 from ..framework.functional.creation import tensor as _tensor
 from ..framework.tensor import Tensor
+from ..ops import registry as _registry
+from ..ops.registry import KernelContext
 
 
 class _RequiredParameter:
@@ -206,8 +211,12 @@ class Optimizer:
 
     # -- gradients ------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset the gradients of all optimized tensors (to None by default, as torch does)."""
+        """Reset the gradients of all optimized tensors (to None by default, as torch does).
+
+        With set_to_none=False the gradients of a group are zeroed by one multi-tensor fill
+        per device (unless the group sets foreach=False), as torch's foreach zeroing does."""
         for group in self.param_groups:
+            grads = []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -219,7 +228,10 @@ class Optimizer:
                     g.detach_()
                 else:
                     g.requires_grad_(False)
-                g.zero_()
+                grads.append(g)
+            if grads and not (group.get("foreach") is not False and _foreach_zero(grads)):
+                for g in grads:
+                    g.zero_()
 
     def step(self, closure=None):
         """Perform one optimization step; `closure` re-evaluates the model and returns the loss."""
@@ -392,22 +404,30 @@ class _HostScalars:
     torch keeps these as 0-d tensors in the state (so state dicts carry them) and reads them
     back with `.item()` on every step.  Here an optimizer remembers the value it last wrote into
     each such tensor, so a step reads the host copy instead of waiting on the device; a tensor
-    it did not write itself (a loaded state dict, a user's replacement) is read once.
+    it did not write itself (a loaded state dict, a user's replacement) is read once, and so is
+    one written since by someone else (nn.Graph's update, a fused step, a user's `fill_`): the
+    copy is keyed on the tensor and its storage version.
     """
 
     def __init__(self) -> None:
-        self._known: dict[tuple[int, str], tuple[Tensor, float]] = {}
+        self._known: dict[tuple[int, str], tuple[Tensor, int, float]] = {}
 
     def get(self, p: Tensor, state: dict, key: str) -> float:
         t = state[key]
         if not isinstance(t, Tensor):
             return float(t)
         known = self._known.get((id(p), key))
-        if known is not None and known[0] is t:
-            return known[1]
+        if known is not None and known[0] is t and known[1] == t._storage.version:
+            return known[2]
         value = float(t.item())
-        self._known[(id(p), key)] = (t, value)
+        self._known[(id(p), key)] = (t, t._storage.version, value)
         return value
+
+    def remember(self, p: Tensor, state: dict, key: str, value: float) -> None:
+        """state[key] was just made holding `value` (no need to read it back)."""
+        t = state[key]
+        if isinstance(t, Tensor):
+            self._known[(id(p), key)] = (t, t._storage.version, _round_like(value, t))
 
     def set(self, p: Tensor, state: dict, key: str, value: float) -> float:
         """Write `value` into state[key] (in place, asynchronously); return it as stored."""
@@ -417,7 +437,7 @@ class _HostScalars:
             return value
         t.fill_(value)
         value = _round_like(value, t)
-        self._known[(id(p), key)] = (t, value)
+        self._known[(id(p), key)] = (t, t._storage.version, value)
         return value
 
     def advance(self, p: Tensor, state: dict, key: str = "step") -> float:
@@ -440,3 +460,93 @@ def _check_betas(betas) -> tuple:
     if not 0.0 <= betas[1] < 1.0:
         raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
     return betas
+
+
+# -- multi-tensor (foreach) updates ------------------------------------------------------------
+_HOST_SCALAR = TensorMeta((), dt.float64)
+
+
+def _foreach_ok(tensors) -> bool:
+    """Whether `tensors` can go through one fused in-place instruction: local tensors on one
+    device, outside nn.Graph tracing (a traced step records ops one by one, as before)."""
+    if _interp._apply_lazy is not None and get_ident() == _interp._lazy_thread:
+        return False
+    dev = tensors[0]._device
+    for t in tensors:
+        if t._gl is not None or (t._device is not dev and t._device != dev):
+            return False
+    return True
+
+
+def _fused_inplace(name: str, tensors, scalars, attrs: dict, targets) -> None:
+    """Run the multi-tensor op `name` as ONE instruction that writes its outputs into the
+    memory of `targets` (the parameters and their states), as torch's foreach updates do.
+
+    `tensors` are the op's tensor inputs, `scalars` the host numbers appended after them (the
+    learning rate, SGD's `first`), fed as float64 0-d arrays, so nothing is read back from the
+    device.  The op's meta check runs here, at the call; the targets' storage versions are
+    bumped at issue, as eager in-place writes do."""
+    opdef = _registry.get(name)
+    attrs = opdef.bind_attrs(attrs)
+    dev = tensors[0]._device
+    in_metas = tuple([t._meta for t in tensors]) + (_HOST_SCALAR,) * len(scalars)
+    out_metas = opdef.meta(in_metas, attrs)
+    for t, m in zip(targets, out_metas, strict=True):
+        if t._meta != m:
+            raise RuntimeError(f"{name}: internal: target {t._meta} != output {m}")
+    prims = dev.prims
+    ctx = KernelContext(prims, name, in_metas, out_metas)
+    kernel = opdef.kernel
+    in_blobs = [t._blob for t in tensors]
+    out_blobs = [t._blob for t in targets]
+    f64 = dt.float64
+
+    def run():
+        arrays = [b.array for b in in_blobs]
+        arrays.extend([prims.full((), f64, s) for s in scalars])
+        outs = tuple([b.array for b in out_blobs])
+        res = kernel(ctx, arrays, out=outs, **attrs)
+        for o, r in zip(outs, res if isinstance(res, tuple) else (res,), strict=True):
+            if r is not o:
+                prims.copy(o, r)
+
+    writes = [t._storage for t in targets]
+    _interp._builder.call(name, run, ins=in_blobs, outs=out_blobs,
+                          reads=[t._storage for t in tensors], writes=writes,
+                          stream=dev.type, numel=sum(m.numel for m in out_metas))
+    for st in writes:
+        st.version += 1
+
+
+def _buckets(items, key):
+    """Items grouped by key(item), in first-seen order."""
+    out: dict = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out.values()
+
+
+def _foreach_zero(grads) -> bool:
+    """Zero `grads` with one fill instruction per (device, dtype); False if they can't be."""
+    if not _foreach_ok(grads):
+        return False
+    for g in grads:
+        if g._base is not None or not g.is_contiguous():
+            return False  # a view (of a shared buffer): the plain zero_ keeps its semantics
+    for bucket in _buckets(grads, lambda g: (g._device, g._meta.dtype)):
+        dev = bucket[0]._device
+        prims = dev.prims
+        blobs = [g._blob for g in bucket]
+        d = bucket[0]._meta.dtype
+
+        def run(blobs=blobs, d=d, prims=prims):
+            zero = prims.full((), d, 0)
+            for b in blobs:
+                prims.copy(b.array, zero)
+
+        writes = [g._storage for g in bucket]
+        _interp._builder.call("zero_", run, ins=blobs, outs=blobs, writes=writes,
+                              stream=dev.type, numel=sum(g._meta.numel for g in bucket))
+        for st in writes:
+            st.version += 1
+    return True
