@@ -1,5 +1,7 @@
 """Start a multi-process job: `python -m sbpflow.distributed.launch --nproc-per-node N
-[--hostfile F] script.py args` (or `-m module args`).
+[--hostfile F | --nnodes M --node_rank K --master_addr A --master_port P] [--no_python]
+[--logdir DIR] script.py args` (or `-m module args`). Options are accepted with `-` or `_`
+between words (`--nproc_per_node`, `--node-rank`), as torchrun's and OneFlow's launchers.
 
 Runs this Python environment's own `mpiexec` (from the `mpich` wheel, installed next to the
 interpreter) as `mpiexec [-f F -ppn N] -n 1 -env RANK 0 ... python -m mpi4py script.py args
@@ -27,11 +29,28 @@ cause, and the ranks
 ended after it as stopped because of it. hydra's own report cannot tell them apart (it kills
 the others by the same SIGKILL, and may name one of them), so the launcher watches this
 machine's ranks and takes the one whose process ended first.
+
+One launcher per machine (OneFlow's and torchrun's form): `--nnodes M --node_rank K
+--master_addr A --master_port P` run on each of M machines forms one job of M * N ranks,
+ranks K*N..K*N+N-1 on machine K. It is hydra's own multi-machine startup with its "manual"
+launcher, so no rendezvous is written here: the launcher of node 0 (which must run on A) runs
+`mpiexec -launcher manual -hosts node0,...` with its control port fixed to P
+(`MPIEXEC_PORT_RANGE=P:P`) and starts node 0's `hydra_pmi_proxy` as mpiexec asks; the launcher
+of node K runs only `hydra_pmi_proxy --control-port A:P --proxy-id K`, which connects to that
+mpiexec (retrying while it is not up yet, for `PROXY_RETRIES` seconds) and starts this
+machine's ranks when mpiexec sends them. So node 0's launcher prints every rank's output and
+reports the job's failures and exit status; the others end with their proxy. No ssh is
+needed, only TCP from every machine to A:P and between the machines' ranks.
+
+`--no_python` runs the program itself on each rank (an executable, not a Python script).
+`--logdir DIR` sends each rank's stdout and stderr to `DIR/rank-N.log` on the rank's own
+machine (made if needed; an existing log is overwritten) instead of the launcher's output.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import signal
@@ -43,8 +62,10 @@ import uuid
 from pathlib import Path
 
 DEFAULT_MASTER_PORT = "29500"  # torchrun's default
+PROXY_RETRIES = 120  # seconds node K waits for node 0's mpiexec to listen
 USAGE = (
-    "usage: python -m sbpflow.distributed.launch --nproc-per-node N [--hostfile FILE] "
+    "usage: python -m sbpflow.distributed.launch --nproc-per-node N [--hostfile FILE | "
+    "--nnodes M --node_rank K --master_addr A --master_port P] [--no_python] [--logdir DIR] "
     "[--dry-run] (script.py | -m module) [args ...]"
 )
 
@@ -75,29 +96,56 @@ def read_hostfile(path: str) -> list[str]:
     return hosts
 
 
-def parse_args(argv: list[str]) -> tuple[int, str | None, bool, list[str]]:
-    """(ranks per machine, hostfile, dry run, the program: [script, args] or [-m, mod, args])."""
-    nproc, hostfile, dry_run = None, None, False
+@dataclasses.dataclass
+class Options:
+    nproc: int
+    program: list[str]
+    hostfile: str | None = None
+    dry_run: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None  # None: $MASTER_ADDR, else the first machine
+    master_port: str | None = None  # None: $MASTER_PORT, else 29500
+    no_python: bool = False
+    logdir: str | None = None
+
+
+# option (with "_" for "-") -> (field, kind)
+_VALUED = {
+    "--nproc_per_node": ("nproc", int), "--hostfile": ("hostfile", str),
+    "--nnodes": ("nnodes", int), "--node_rank": ("node_rank", int),
+    "--master_addr": ("master_addr", str), "--master_port": ("master_port", int),
+    "--logdir": ("logdir", str), "--log_dir": ("logdir", str),
+}
+_FLAGS = {"--dry_run": "dry_run", "--no_python": "no_python"}
+
+
+def parse_options(argv: list[str]) -> Options:
+    """Every option of the launcher; the program is the first argument that is not one."""
+    values: dict = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
-        if name in ("--nproc-per-node", "--nproc_per_node", "--hostfile"):
+        key = "--" + name[2:].replace("-", "_") if name.startswith("--") else name
+        if key in _VALUED:
             if not eq:
                 if i + 1 >= len(argv):
                     raise SystemExit(f"{name} needs a value\n{USAGE}")
                 value = argv[i + 1]
                 i += 1
-            if name == "--hostfile":
-                hostfile = value
-            else:
+            field, kind = _VALUED[key]
+            if kind is int:
                 try:
-                    nproc = int(value)
+                    value = int(value)
                 except ValueError:
                     raise SystemExit(f"{name} must be an integer, got {value!r}") from None
+                if key == "--master_port":
+                    value = str(value)
+            values[field] = value
             i += 1
-        elif arg == "--dry-run":
-            dry_run = True
+        elif key in _FLAGS and not eq:
+            values[_FLAGS[key]] = True
             i += 1
         elif arg in ("-h", "--help"):
             print(USAGE)
@@ -108,25 +156,69 @@ def parse_args(argv: list[str]) -> tuple[int, str | None, bool, list[str]]:
         else:
             break
     program = argv[i:]
+    nproc = values.pop("nproc", None)
     if nproc is None or nproc < 1:
         raise SystemExit(f"--nproc-per-node must be a positive integer\n{USAGE}")
     if not program or (program[0] == "-m" and len(program) < 2):
         raise SystemExit(f"no script to run\n{USAGE}")
-    return nproc, hostfile, dry_run, program
+    opts = Options(nproc, program, **values)
+    if opts.nnodes < 1:
+        raise SystemExit(f"--nnodes must be a positive integer, got {opts.nnodes}\n{USAGE}")
+    if not 0 <= opts.node_rank < opts.nnodes:
+        raise SystemExit(f"--node_rank must be in [0, {opts.nnodes}) for --nnodes "
+                         f"{opts.nnodes}, got {opts.node_rank}\n{USAGE}")
+    if opts.nnodes > 1 and opts.hostfile:
+        raise SystemExit("--hostfile and --nnodes > 1 are two ways to name the machines: "
+                         f"give one\n{USAGE}")
+    if opts.master_port is not None and not 0 < int(opts.master_port) < 65536:
+        raise SystemExit(f"--master_port must be a TCP port, got {opts.master_port}")
+    if opts.no_python and program[0] == "-m":
+        raise SystemExit(f"--no_python runs a program, not a module (-m)\n{USAGE}")
+    return opts
+
+
+def parse_args(argv: list[str]) -> tuple[int, str | None, bool, list[str]]:
+    """(ranks per machine, hostfile, dry run, the program: [script, args] or [-m, mod, args])."""
+    opts = parse_options(argv)
+    return opts.nproc, opts.hostfile, opts.dry_run, opts.program
+
+
+def rendezvous(hosts: list[str], master_addr: str | None = None,
+               master_port: str | None = None) -> tuple[str, str]:
+    """torchrun's MASTER_ADDR and MASTER_PORT: the options, else the environment's, else the
+    first machine and 29500. For scripts that read them (MPI does the rendezvous); with
+    --nnodes, also where node 0's mpiexec listens."""
+    return (master_addr or os.environ.get("MASTER_ADDR", hosts[0]),
+            str(master_port or os.environ.get("MASTER_PORT", DEFAULT_MASTER_PORT)))
+
+
+def node_names(nnodes: int) -> list[str]:
+    """The names hydra gives the machines of a --nnodes job (manual launch resolves none)."""
+    return [f"node{k}" for k in range(nnodes)]
 
 
 def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
-                  mpiexec: str | None = None) -> list[str]:
+                  mpiexec: str | None = None, *, nnodes: int = 1,
+                  master_addr: str | None = None, master_port: str | None = None,
+                  no_python: bool = False, logdir: str | None = None) -> list[str]:
+    """node 0's mpiexec command line: one launch segment per rank."""
     mpiexec = mpiexec or venv_mpiexec()
-    hosts = read_hostfile(hostfile) if hostfile else ["127.0.0.1"]
+    if nnodes > 1:
+        hosts = node_names(nnodes)
+        master_addr, master_port = rendezvous(["127.0.0.1"], master_addr, master_port)
+    else:
+        hosts = read_hostfile(hostfile) if hostfile else ["127.0.0.1"]
+        master_addr, master_port = rendezvous(hosts, master_addr, master_port)
     world_size = nproc_per_node * len(hosts)
-    # torchrun's rendezvous address: informational here (MPI does the rendezvous), for
-    # scripts that read it. The first machine holds rank 0.
-    master_addr = os.environ.get("MASTER_ADDR", hosts[0])
-    master_port = os.environ.get("MASTER_PORT", DEFAULT_MASTER_PORT)
     cmd = [mpiexec, "-print-all-exitcodes"]
     if hostfile:
         cmd += ["-f", hostfile, "-ppn", str(nproc_per_node)]
+    elif nnodes > 1:
+        # hydra's own multi-machine startup: it prints the proxy command lines (HYDRA_LAUNCH)
+        # instead of running them by ssh; each machine's launcher starts its proxy.
+        cmd += ["-launcher", "manual", "-localhost", master_addr, "-hosts", ",".join(hosts),
+                "-ppn", str(nproc_per_node)]
+    run = list(program) if no_python else [sys.executable, "-m", "mpi4py", *program]
     for rank in range(world_size):
         if rank:
             cmd.append(":")
@@ -137,20 +229,46 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
                 "-env", "LOCAL_WORLD_SIZE", str(nproc_per_node),
                 "-env", "GROUP_RANK", str(rank // nproc_per_node),
                 "-env", "MASTER_ADDR", master_addr,
-                "-env", "MASTER_PORT", master_port,
-                sys.executable, "-m", "mpi4py", *program]
+                "-env", "MASTER_PORT", master_port]
+        if logdir:
+            # Opened by the rank's own shell, so on the rank's machine.
+            log = os.path.join(os.path.abspath(logdir), f"rank-{rank}.log")
+            cmd += ["/bin/sh", "-c", 'exec "$@" > "$0" 2>&1', log]
+        cmd += run
     return cmd
+
+
+def proxy_command(node_rank: int, master_addr: str, master_port: str,
+                  retries: int = 10) -> list[str]:
+    """The hydra proxy that node `node_rank` runs to join node 0's `mpiexec -launcher manual`:
+    the command line that mpiexec prints for it (HYDRA_LAUNCH), built here from the master's
+    address and port instead of being sent over."""
+    proxy = str(Path(venv_mpiexec()).parent / "hydra_pmi_proxy")
+    return [proxy, "--control-port", f"{master_addr}:{master_port}", "--rmk", "user",
+            "--launcher", "manual", "--demux", "poll", "--pgid", "0", "--retries", str(retries),
+            "--usize", "-1", "--pmi-port", "0", "--gpus-per-proc", "-2",
+            "--gpu-subdevs-per-proc", "-2", "--proxy-id", str(node_rank)]
 
 
 _MARK = b"[mpiexec@"
 _MORE_EXIT_CODES = re.compile(rb"\[[^\]]+\]\s*[\d,]+")  # hydra: one line per further machine
 
 
-def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
+_LAUNCH_MARK = b"HYDRA_LAUNCH"  # `-launcher manual`: a proxy command line to run
+
+
+def _ours(hold: bytes) -> bool:
+    """A partial line that may become one of the lines the relay keeps back."""
+    return any(hold.startswith(m) or m.startswith(hold) for m in (_MARK, _LAUNCH_MARK))
+
+
+def _relay(fd: int, out, hydra_lines: bytearray | None = None,
+           on_launch=None) -> str | None:
     """Copy mpiexec's stdout to ours as it comes; return its "Exit codes:" line, held back.
 
     Lines that name an MPI_Abort caller, or a failed rank's host and code (hydra's "BAD
-    TERMINATION" report), are also kept in `hydra_lines`.
+    TERMINATION" report), are also kept in `hydra_lines`. With `on_launch`, hydra's
+    HYDRA_LAUNCH lines (`-launcher manual`) go to it instead of the output.
     """
     exit_line, hold, in_exit = None, b"", False
     while True:
@@ -159,7 +277,9 @@ def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
             break
         *lines, hold = (hold + chunk).split(b"\n")
         for line in lines:
-            if line.startswith(_MARK) and b"Exit codes:" in line:
+            if on_launch is not None and line.startswith(_LAUNCH_MARK):
+                on_launch(line.decode(errors="replace"))
+            elif line.startswith(_MARK) and b"Exit codes:" in line:
                 exit_line, in_exit = line.decode(errors="replace"), True
             elif in_exit and _MORE_EXIT_CODES.fullmatch(line.strip()):
                 exit_line += " " + line.decode(errors="replace")  # the next machine's codes
@@ -171,7 +291,7 @@ def _relay(fd: int, out, hydra_lines: bytearray | None = None) -> str | None:
                     hydra_lines += line[-512:] + b"\n"
                     del hydra_lines[:-8192]
         # A partial line goes out at once (progress bars, prompts), unless it may be ours.
-        if hold and not (in_exit or hold.startswith(_MARK) or _MARK.startswith(hold)):
+        if hold and not (in_exit or _ours(hold)):
             out.write(hold)
             hold = b""
         out.flush()
@@ -362,47 +482,151 @@ def _culprit(output: bytes, watch: _RankWatch, statuses: list[int]) -> int | Non
     return None
 
 
+def _start_proxy(line: str, env: dict, procs: list) -> None:
+    """mpiexec -launcher manual asks for node 0's proxy: start it here (the other nodes'
+    launchers start theirs)."""
+    if not line.startswith("HYDRA_LAUNCH:"):
+        return
+    argv = line.split(":", 1)[1].split()
+    if argv[-2:] != ["--proxy-id", "0"]:
+        return
+    procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                  preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent)))
+
+
+def _forward_signals(procs: list) -> None:
+    """Every signal that ends a job ends it through mpiexec (or this node's proxy)."""
+
+    def forward(signum, frame):
+        for proc in procs:
+            try:
+                proc.send_signal(signum)
+            except OSError:
+                pass
+
+    # A Ctrl-C at a terminal reaches mpiexec directly too (same process group); hydra takes
+    # a repeated SIGINT as one.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+
+
+_NO_SERVER = b"unable to connect to server"
+
+
+def _run_proxy(cmd: list[str], procs: list) -> tuple[int, bool]:
+    """Run one proxy; copy its stderr to ours. (exit status, whether it never reached the
+    server: hydra's proxy tries once when the port is closed, so the caller tries again)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
+    procs[:] = [proc]
+    err, unreached = b"", False
+    try:
+        while True:
+            chunk = os.read(proc.stderr.fileno(), 1 << 16)
+            if not chunk:
+                break
+            if _NO_SERVER in err + chunk:
+                unreached = True
+            if unreached:  # held back: only the last try's complaint is shown
+                err = (err + chunk)[-8192:]
+            else:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+                err = chunk[-256:]
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+    if unreached and code != 0:
+        return code, True
+    if unreached:
+        sys.stderr.buffer.write(err)
+    return code, False
+
+
+def _join(opts: Options) -> None:
+    """Node K > 0 of a --nnodes job: run this machine's hydra proxy, which connects to node
+    0's mpiexec and runs the ranks it is sent. While node 0's mpiexec is not listening yet,
+    the proxy is started again once a second, for PROXY_RETRIES seconds."""
+    addr, port = rendezvous(["127.0.0.1"], opts.master_addr, opts.master_port)
+    cmd = proxy_command(opts.node_rank, addr, port)
+    if opts.logdir:
+        os.makedirs(opts.logdir, exist_ok=True)
+    if opts.dry_run:
+        print(" ".join(cmd))
+        return
+    sys.stdout.flush()
+    procs: list = []
+    _forward_signals(procs)
+    deadline = time.monotonic() + PROXY_RETRIES
+    while True:
+        code, unreached = _run_proxy(cmd, procs)
+        if not unreached:
+            break
+        if time.monotonic() >= deadline:
+            sys.stderr.write(
+                f"sbpflow.distributed.launch: node {opts.node_rank} could not reach node 0's "
+                f"mpiexec at {addr}:{port} for {PROXY_RETRIES} s: start the launcher with "
+                "--node_rank 0 on that machine, with the same --master_addr/--master_port\n")
+            raise SystemExit(code if code > 0 else 1)
+        time.sleep(1.0)
+    if code != 0:
+        sys.stderr.write(
+            f"sbpflow.distributed.launch: node {opts.node_rank}'s part of the job failed "
+            f"(hydra_pmi_proxy exit status {code}); node 0's launcher ({addr}:{port}) reports "
+            "which rank failed\n")
+    raise SystemExit(code if code >= 0 else 128 - code)
+
+
 def main(argv: list[str] | None = None) -> None:
-    nproc, hostfile, dry_run, program = parse_args(sys.argv[1:] if argv is None else argv)
-    cmd = build_command(nproc, hostfile, program)
-    if dry_run:
+    opts = parse_options(sys.argv[1:] if argv is None else argv)
+    if opts.node_rank > 0:
+        _join(opts)
+        return
+    nproc, hostfile, multi = opts.nproc, opts.hostfile, opts.nnodes > 1
+    cmd = build_command(nproc, hostfile, opts.program, nnodes=opts.nnodes,
+                        master_addr=opts.master_addr, master_port=opts.master_port,
+                        no_python=opts.no_python, logdir=opts.logdir)
+    if opts.logdir:
+        os.makedirs(opts.logdir, exist_ok=True)
+    if opts.dry_run:
         print(" ".join(cmd))
         return
     sys.stdout.flush()
     launch_id = uuid.uuid4().hex
-    world_size = nproc * (len(read_hostfile(hostfile)) if hostfile else 1)
+    world_size = nproc * (len(read_hostfile(hostfile)) if hostfile else opts.nnodes)
+    env = {**os.environ, _LAUNCH_ID: launch_id}
+    mpiexec_env = dict(env)
+    if multi:  # node 0's mpiexec listens on the master port, where the proxies connect
+        mpiexec_env["MPIEXEC_PORT_RANGE"] = "{0}:{0}".format(
+            rendezvous(["127.0.0.1"], opts.master_addr, opts.master_port)[1])
     # mpiexec's stdout is relayed (to read which rank failed from its exit-code line);
     # stdin and stderr are shared as they are.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            env={**os.environ, _LAUNCH_ID: launch_id},
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=mpiexec_env,
                             preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
-
-    def forward(signum, frame):
-        try:
-            proc.send_signal(signum)  # mpiexec forwards it to every rank and cleans up
-        except OSError:
-            pass
-
-    # Every signal that ends a job ends it through mpiexec. A Ctrl-C at a terminal reaches
-    # mpiexec directly too (same process group); hydra takes a repeated SIGINT as one.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, forward)
+    procs = [proc]
+    _forward_signals(procs)
+    on_launch = (lambda line: _start_proxy(line, env, procs)) if multi else None
     watch = _RankWatch(launch_id, world_size)
     tail = bytearray()
     try:
-        exit_line = _relay(proc.stdout.fileno(), sys.stdout.buffer, tail)
+        exit_line = _relay(proc.stdout.fileno(), sys.stdout.buffer, tail, on_launch)
         code = proc.wait()
+        for proxy in procs[1:]:
+            proxy.wait()
     finally:
         watch.stop()
-        if proc.poll() is None:  # the launcher itself failed: never leave the job behind
-            proc.terminate()
+        for p in procs:
+            if p.poll() is None:  # the launcher itself failed: never leave the job behind
+                p.terminate()
     status = code if code >= 0 else 128 - code
     if code != 0:
         statuses = rank_statuses(exit_line) if exit_line else []
         culprit = _culprit(bytes(tail), watch, statuses)
         failures = describe_failures(statuses, culprit)
-        if not failures and hostfile:
-            failures = describe_remote_failure(bytes(tail), read_hostfile(hostfile), nproc)
+        if not failures and (hostfile or multi):
+            hosts = read_hostfile(hostfile) if hostfile else node_names(opts.nnodes)
+            failures = describe_remote_failure(bytes(tail), hosts, nproc)
         sys.stderr.write(
             f"sbpflow.distributed.launch: the job failed (mpiexec exit status {code})"
             + (": " + "; ".join(failures) if failures else "") + "\n"
