@@ -58,6 +58,8 @@ __version__ = "0.1.0"
 
 from . import linalg, nn, optim, utils  # noqa: E402
 from .framework.serialization import load, save  # noqa: E402
+from .framework.global_tensor import tensor_to_global as to_global  # noqa: E402 (OneFlow)
+from .framework.global_tensor import tensor_to_local as to_local  # noqa: E402 (OneFlow)
 from . import serialization  # noqa: E402  (torch.serialization)
 from . import comm, env  # noqa: E402  (flow.comm, flow.env; MPI starts only under mpiexec -n >1)
 from . import distributed  # noqa: E402  (publishes flow.comm.all_reduce and the other collectives)

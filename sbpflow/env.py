@@ -17,6 +17,13 @@ from .comm import (
 from .framework.global_tensor import consistency_check_enabled, set_consistency_check
 
 
+def all_device_placement(device_type: str = "cpu"):
+    """OneFlow's `flow.env.all_device_placement(type)`: a placement over every rank."""
+    from .sbp.placement import Placement
+
+    return Placement.all(device_type)
+
+
 def check_global_consistency(on: bool = True) -> None:
     """Before each global op, all ranks compare its name, input metas, SBPs and placement;
     a rank whose program diverges then fails with both sides named instead of deadlocking.
@@ -45,6 +52,6 @@ def divergence_checked() -> bool:
     return divergence_check_enabled()
 
 
-__all__ = ["check_divergence", "check_global_consistency", "divergence_checked",
-           "get_local_rank", "get_local_world_size", "get_node_size", "get_rank",
-           "get_world_size", "global_consistency_checked"]
+__all__ = ["all_device_placement", "check_divergence", "check_global_consistency",
+           "divergence_checked", "get_local_rank", "get_local_world_size", "get_node_size",
+           "get_rank", "get_world_size", "global_consistency_checked"]

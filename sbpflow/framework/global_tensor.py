@@ -69,6 +69,37 @@ _builder = interpreter._builder
 _box_hook = None  # set by sbpflow.profiler while it records
 
 
+# -- global mode (OneFlow's flow.utils.global_view.global_mode) ---------------------------
+class GlobalMode(NamedTuple):
+    """The global mode in force: inside it, factories without placement= make global tensors
+    on `placement` with `sbp`, and a global tensor's `.device` is its placement's device."""
+
+    is_enabled: bool = False
+    placement: Placement | None = None
+    sbp: tuple | None = None
+
+
+_MODE = GlobalMode()
+
+
+def current_global_mode() -> GlobalMode:
+    return _MODE
+
+
+def set_global_mode(mode: GlobalMode) -> GlobalMode:
+    """Install `mode`; returns the previous one (global_view.global_mode restores it)."""
+    global _MODE
+    old, _MODE = _MODE, mode
+    return old
+
+
+def global_mode_device(device):
+    """The GlobalDevice a factory without placement= uses in global mode (None outside it)."""
+    if not _MODE.is_enabled:
+        return None
+    return GlobalDevice(_MODE.placement, _MODE.sbp)
+
+
 # -- making global tensors ---------------------------------------------------------------
 def _local_meta(meta: TensorMeta, placement: Placement, sbp, rank: int) -> TensorMeta:
     return TensorMeta(layout.local_shape(meta.shape, placement, sbp, rank), meta.dtype)
@@ -643,6 +674,24 @@ class _ToLocalBackward(Node):
             out._set_grad_fn(_LocalToGlobalBackward(interpreter._edge(g), gl, gl.sbp,
                                                     self.in_metas[0]), 0)
         return [out]
+
+
+def tensor_to_global(input, placement=None, sbp=None, *, grad_sbp=None,  # noqa: A002
+                     check_meta=True, copy=False) -> Tensor:
+    """`flow.to_global(input, placement, sbp)`: OneFlow's function form of Tensor.to_global."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"to_global(): argument 'input' must be Tensor, not "
+                        f"{type(input).__name__}")
+    return to_global(input, placement, sbp, grad_sbp=grad_sbp, check_meta=check_meta,
+                     copy=copy)
+
+
+def tensor_to_local(input, *, copy: bool = False) -> Tensor:  # noqa: A002
+    """`flow.to_local(input)`: OneFlow's function form of Tensor.to_local."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"to_local(): argument 'input' must be Tensor, not "
+                        f"{type(input).__name__}")
+    return to_local(input, copy=copy)
 
 
 # -- host values -------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ class Parameter(Tensor):
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
 
+    def numpy(self):
+        """OneFlow allows numpy() on a Parameter (its value, outside autograd)."""
+        return self._host()
+
     __str__ = __repr__  # print(p) shows the header too, as torch's
 
     def __deepcopy__(self, memo):

@@ -116,7 +116,7 @@ class _Encoder:
                 arr = obj
                 dt.from_numpy(arr.dtype)  # raises a clear TypeError for unsupported dtypes
             else:
-                if obj.device.type != "cpu":
+                if obj._device.type != "cpu":  # a global tensor has no .device
                     raise NotImplementedError("save(): only CPU tensors can be saved for now")
                 if obj.is_global and self.global_dst_rank is None:
                     raise ValueError(

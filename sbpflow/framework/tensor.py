@@ -113,7 +113,12 @@ class Tensor:
     def __init__(self, *args, **kwargs):
         from .functional.creation import _tensor_ctor  # the legacy constructor
 
-        t = _tensor_ctor(*args, **kwargs)
+        if len(args) == 1 and isinstance(args[0], Size):
+            args = tuple(args[0])  # Tensor(Size([2, 3])): a shape, as torch (not data)
+        if kwargs.get("placement") is not None or kwargs.get("sbp") is not None:
+            t = _legacy_global(args, kwargs)
+        else:
+            t = _tensor_ctor(*args, **kwargs)
         Tensor._alias(self, t)
 
     @staticmethod
@@ -186,6 +191,13 @@ class Tensor:
 
     @property
     def device(self) -> Device:
+        if self._gl is not None:
+            from .global_tensor import current_global_mode
+
+            if not current_global_mode().is_enabled:  # OneFlow's rule and message
+                raise RuntimeError("Only local tensors have 'device'. Please use '.placement' "
+                                   "for global tensors.")
+            return self._gl.placement.device
         return self._device
 
     @property
@@ -380,6 +392,24 @@ class Tensor:
         from .global_tensor import to_local
 
         return to_local(self, copy=copy)
+
+    def local_to_global(self, placement=None, sbp=None, *, check_meta: bool = True,
+                        copy: bool = False) -> Tensor:
+        """OneFlow's `local_to_global`: this local tensor is this rank's piece."""
+        if self._gl is not None:
+            raise RuntimeError("local_to_global(): expected a local tensor, but got a global "
+                               "tensor; use global_to_global() or to_global()")
+        if placement is None or sbp is None:
+            raise ValueError("local_to_global(): both placement and sbp are required")
+        return self.to_global(placement, sbp, check_meta=check_meta, copy=copy)
+
+    def global_to_global(self, placement=None, sbp=None, *, grad_sbp=None,
+                         check_meta: bool = False, copy: bool = False) -> Tensor:
+        """OneFlow's `global_to_global`: the same logical value on another placement/SBP."""
+        if self._gl is None:
+            raise RuntimeError("global_to_global(): expected a global tensor, but got a local "
+                               "tensor; use local_to_global() or to_global()")
+        return self.to_global(placement, sbp, grad_sbp=grad_sbp, copy=copy)
 
     def _type_name(self) -> str:
         return "torch." + _TYPE_NAMES[self.dtype.name]
@@ -649,6 +679,26 @@ def _data_inplace_operator(name: str):
 
     op.__name__ = name
     return op
+
+
+def _legacy_global(args, kwargs) -> Tensor:
+    """OneFlow's `Tensor(*shape, placement=, sbp=)` (a zero global tensor of that shape) and
+    `Tensor(data, placement=, sbp=)` (the data as the logical float value)."""
+    from .functional import creation
+
+    kwargs = dict(kwargs)
+    placement, sbp = kwargs.pop("placement", None), kwargs.pop("sbp", None)
+    dtype = kwargs.pop("dtype", None) or dt.get_default_dtype()
+    requires_grad = kwargs.pop("requires_grad", False)
+    if kwargs:
+        raise TypeError(f"Tensor(): unexpected keyword argument(s) {sorted(kwargs)}")
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return creation.zeros(*args, dtype=dtype, placement=placement, sbp=sbp,
+                              requires_grad=requires_grad)
+    if len(args) == 1:
+        return creation.tensor(args[0], dtype=dtype, placement=placement, sbp=sbp,
+                               requires_grad=requires_grad)
+    raise TypeError(f"Tensor(): expected a shape (ints) or one data argument, got {args!r}")
 
 
 def _rebuild_tensor(array: np.ndarray, requires_grad: bool) -> Tensor:

@@ -84,7 +84,7 @@ def _erfinv(u):
     erf = np.vectorize(math.erf)
     for _ in range(2):
         out = out - (erf(out) - x) / (2.0 / math.sqrt(math.pi) * np.exp(-out * out))
-    return _creation.tensor(out, dtype=u.dtype)
+    return _creation.tensor(out, dtype=u.dtype, **_where(u))
 
 
 def _poly_small(w):
@@ -163,28 +163,35 @@ def orthogonal_(tensor, gain: float = 1.0, generator=None):
     if rows < cols:
         q = q.T
     return _fill_from(tensor, _creation.tensor(q.reshape(tuple(tensor.shape)) * gain,
-                                               dtype=tensor.dtype))
+                                               dtype=tensor.dtype, **_where(tensor)))
+
+
+def _where(tensor) -> dict:
+    """Where an initialiser draws: a global tensor's values are ONE logical random tensor
+    made on its placement and SBP (each rank computes only its piece, from the logical
+    stream), so the result does not depend on SBP or placement and equals a single-device
+    init with the same seed."""
+    if tensor.is_global:
+        return {"placement": tensor.placement, "sbp": tensor.sbp}
+    return {}
 
 
 def _creation_rand(tensor, generator):
-    from ..framework.functional import creation
-
-    return creation.rand(*tensor.shape, dtype=tensor.dtype, generator=generator)
+    return _creation.rand(*tensor.shape, dtype=tensor.dtype, generator=generator,
+                          **_where(tensor))
 
 
 def _creation_randn(tensor, generator):
-    from ..framework.functional import creation
-
-    return creation.randn(*tensor.shape, dtype=tensor.dtype, generator=generator)
+    return _creation.randn(*tensor.shape, dtype=tensor.dtype, generator=generator,
+                           **_where(tensor))
 
 
 def _creation_randn_shape(shape, tensor, generator):
-    from ..framework.functional import creation
-
-    return creation.randn(*shape, dtype=tensor.dtype, generator=generator)
+    # orthogonal_ factorises the whole matrix on the host: every rank draws the same logical
+    # normal matrix (the generators stay in step) and keeps its piece afterwards.
+    return _creation.randn(*shape, dtype=tensor.dtype, generator=generator)
 
 
 def _creation_eye(tensor):
-    from ..framework.functional import creation
-
-    return creation.eye(tensor.shape[0], tensor.shape[1], dtype=tensor.dtype)
+    return _creation.eye(tensor.shape[0], tensor.shape[1], dtype=tensor.dtype,
+                         **_where(tensor))

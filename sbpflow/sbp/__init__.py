@@ -31,9 +31,11 @@ from .sbp import (
 )
 from .signature import einsum_signatures, elementwise_signatures
 
+sbp = Sbp  # OneFlow's `flow.sbp.sbp`: the type of SBP values (isinstance(B, flow.sbp.sbp))
+
 __all__ = [
     "B", "Broadcast", "NdSbp", "P", "PartialSum", "Placement", "S", "Sbp", "Signature",
     "Split", "balanced_bounds", "broadcast", "check_split_axes", "dual", "einsum_signatures",
     "elementwise_signatures", "fmt_sbp", "local_shape", "normalize_sbp", "partial_sum", "piece",
-    "placement", "split",
+    "placement", "sbp", "split",
 ]

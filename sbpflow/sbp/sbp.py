@@ -6,7 +6,13 @@ from typing import NamedTuple
 
 
 class Sbp:
+    """The type of every SBP value (OneFlow's `flow.sbp.sbp`)."""
+
     __slots__ = ()
+
+    def __call__(self):
+        """OneFlow lets an SBP value be called: `flow.sbp.broadcast()` is `broadcast`."""
+        return self
 
 
 class Split(Sbp):

@@ -1,5 +1,5 @@
-"""Utilities: data loading (`sbpflow.utils.data`)."""
+"""Utilities: data loading (`sbpflow.utils.data`), OneFlow's `global_view`."""
 
-from . import data
+from . import data, global_view
 
-__all__ = ["data"]
+__all__ = ["data", "global_view"]

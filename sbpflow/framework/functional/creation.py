@@ -10,7 +10,7 @@ from ...ops import registry
 from ...sbp import Placement, normalize_sbp
 from .. import interpreter
 from ..generator import get_rng_state, set_rng_state  # re-exported as sbpflow.*
-from ..global_tensor import GlobalDevice, from_logical
+from ..global_tensor import GlobalDevice, from_logical, global_mode_device
 from ..tensor import Tensor, check_memory_format
 from ._base import call, shape_args
 
@@ -182,7 +182,7 @@ def _where(op: str, device, placement, sbp):
     if placement is None:
         if sbp is not None:
             raise TypeError(f"{op}(): sbp= needs a placement= as well")
-        return device
+        return global_mode_device(device) or device  # global_view.global_mode: global
     if device is not None:
         raise TypeError(f"{op}(): give either device= (a local tensor) or placement= and sbp= "
                         "(a global tensor), not both")

@@ -386,6 +386,11 @@ class Module:
         The parameter objects are kept, so optimizers built before still see them."""
         return self._apply(lambda t: t.to_global(placement, sbp))
 
+    def to_local(self):
+        """Make every global parameter and buffer this rank's piece (OneFlow's
+        `Module.to_local`); local ones stay.  The parameter objects are kept."""
+        return self._apply(lambda t: t.to_local() if t.is_global else t)
+
     def type(self, dst_type):
         return self.to(dst_type)
 
