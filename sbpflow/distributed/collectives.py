@@ -206,6 +206,39 @@ def reduce_scatter(output: Tensor, input_list: list, op=ReduceOp.SUM, group=None
     _write(output, result)
 
 
+def all_gather_into_tensor(output_tensor: Tensor, input_tensor: Tensor, group=None) -> None:
+    """`output_tensor` (group size x `input_tensor`'s elements, any shape) becomes every
+    rank's `input_tensor` in rank order, as torch.distributed's."""
+    _after_comm_stream()
+    comm = _group(group)
+    _local("all_gather_into_tensor", "output_tensor", output_tensor)
+    _local("all_gather_into_tensor", "input_tensor", input_tensor)
+    n = input_tensor.numel()
+    if output_tensor.numel() != n * comm.size or output_tensor.dtype is not input_tensor.dtype:
+        raise ValueError(
+            f"all_gather_into_tensor: output_tensor is {output_tensor.dtype} "
+            f"{list(output_tensor.shape)}, expected {input_tensor.dtype} with {comm.size} x {n} "
+            f"elements (group size x input_tensor {list(input_tensor.shape)})")
+    _write(output_tensor, comm.all_gather(_flat(input_tensor), sizes=[n] * comm.size))
+
+
+def reduce_scatter_tensor(output_tensor: Tensor, input_tensor: Tensor, op=ReduceOp.SUM,
+                          group=None) -> None:
+    """Reduce `input_tensor` (group size x `output_tensor`'s elements) over ranks; rank i
+    keeps block i, as torch.distributed's."""
+    _after_comm_stream()
+    comm = _group(group)
+    _local("reduce_scatter_tensor", "output_tensor", output_tensor)
+    _local("reduce_scatter_tensor", "input_tensor", input_tensor)
+    n = output_tensor.numel()
+    if input_tensor.numel() != n * comm.size or input_tensor.dtype is not output_tensor.dtype:
+        raise ValueError(
+            f"reduce_scatter_tensor: input_tensor is {input_tensor.dtype} "
+            f"{list(input_tensor.shape)}, expected {output_tensor.dtype} with {comm.size} x {n} "
+            f"elements (group size x output_tensor {list(output_tensor.shape)})")
+    _write(output_tensor, comm.reduce_scatter(_flat(input_tensor), op, sizes=[n] * comm.size))
+
+
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None) -> None:
     """Rank i's `input_tensor_list[j]` lands in rank j's `output_tensor_list[i]`."""
     _after_comm_stream()
@@ -278,6 +311,8 @@ TENSOR_API = {
     "all_reduce": all_reduce, "all_gather": all_gather, "broadcast": broadcast,
     "reduce": reduce, "gather": gather, "scatter": scatter, "reduce_scatter": reduce_scatter,
     "all_to_all": all_to_all, "send": send, "recv": recv, "barrier": barrier,
+    "all_gather_into_tensor": all_gather_into_tensor,
+    "reduce_scatter_tensor": reduce_scatter_tensor,
 }
 _comm.install_tensor_api(TENSOR_API)
 

@@ -519,7 +519,16 @@ def load(f, map_location=None, pickle_module=None, *, weights_only: bool | None 
     With `global_src_rank` (OneFlow's), only that rank reads the file; every rank calls load
     and gets the tensors as global tensors broadcast over all ranks, ready for
     `load_state_dict` of a global module (copying into a parameter boxes to its SBP).
+    OneFlow's positional form `load(path, global_src_rank, map_location)` works too: an int
+    in torch's `map_location` place is the source rank (torch takes no int there).
     """
+    if isinstance(map_location, int) and not isinstance(map_location, bool):
+        if global_src_rank is not None:
+            raise TypeError("load() got multiple values for argument 'global_src_rank' (an int "
+                            "second argument is OneFlow's global_src_rank)")
+        global_src_rank, map_location = map_location, None
+        if pickle_module is not None and not hasattr(pickle_module, "Unpickler"):
+            map_location, pickle_module = pickle_module, None  # OneFlow's third: map_location
     relocate = _relocation(map_location)
     if weights_only is None:  # torch's rule: a pickle_module given means a full unpickle
         weights_only = pickle_module is None

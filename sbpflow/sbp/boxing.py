@@ -725,4 +725,69 @@ def explain(tensor, placement: Placement, sbp) -> str:
     return plan(meta, src_placement, tuple(tensor.sbp), placement, dst_sbp).explain()
 
 
-__all__ = ["Plan", "Step", "cost", "explain", "plan"]
+class _NcclSettings:
+    """`flow.boxing.nccl`: OneFlow's NCCL boxing settings, accepted and checked, and no-ops.
+
+    They tune NCCL on GPUs (fusing collectives, stream counts, all-to-all for S->S, running
+    NCCL on the compute stream). sbpflow runs on CPUs, where boxing's collectives are MPI's
+    and are issued one by one on the comm stream, so there is nothing for them to change.
+    Each checks its argument's type as OneFlow does and records the value, which
+    `settings()` returns, so a OneFlow program that sets them runs unchanged.
+    """
+
+    _SPECS = {
+        # name: (kind, default when called without a value, or None: value required)
+        "enable_use_compute_stream": (bool, False),
+        "disable_group_boxing_by_dst_parallel": (bool, False),
+        "enable_all_to_all": (bool, None),
+        "set_stream_num": (int, None),
+        "set_fusion_threshold_mbytes": (int, None),
+        "set_fusion_max_ops_num": (int, None),
+        "allow_fuse_all_reduce": (bool, None),
+        "allow_fuse_reduce_scatter": (bool, None),
+        "allow_fuse_all_gather": (bool, None),
+        "allow_fuse_reduce": (bool, None),
+        "allow_fuse_broadcast": (bool, None),
+        "allow_fuse_mixed_ops": (bool, None),
+        "enable_use_buffer_to_fuse_all_reduce": (bool, None),
+        "set_nccl_transfer_cost_param": (float, None),
+    }
+
+    def __init__(self):
+        self._values: dict = {}
+
+    def __dir__(self):
+        return [*self._SPECS, "settings"]
+
+    def __getattr__(self, name):
+        spec = type(self)._SPECS.get(name)
+        if spec is None:
+            raise AttributeError(f"module 'sbpflow.boxing.nccl' has no attribute '{name}'")
+        kind, default = spec
+
+        def setting(val=default):
+            if val is None:
+                raise TypeError(f"boxing.nccl.{name}() missing required argument 'val'")
+            ok = (type(val) is bool if kind is bool
+                  else isinstance(val, (int, float)) and not isinstance(val, bool)
+                  if kind is float else type(val) is int)
+            if not ok:
+                raise TypeError(f"boxing.nccl.{name}(): argument 'val' must be "
+                                f"{kind.__name__}, not {type(val).__name__} ({val!r})")
+            if kind is int and val < (0 if "threshold" in name else 1):
+                raise ValueError(f"boxing.nccl.{name}(): argument 'val' must be "
+                                 f"{'>= 0' if 'threshold' in name else '>= 1'}, got {val}")
+            self._values[name] = val  # recorded only: a no-op on CPU (see the class doc)
+
+        setting.__name__ = setting.__qualname__ = name
+        setting.__doc__ = f"OneFlow's boxing.nccl.{name}: accepted; a no-op on CPU."
+        return setting
+
+    def settings(self) -> dict:
+        """The values set so far, by setting name."""
+        return dict(self._values)
+
+
+nccl = _NcclSettings()
+
+__all__ = ["Plan", "Step", "cost", "explain", "nccl", "plan"]

@@ -97,12 +97,42 @@ class DistributedDataParallel(Module):
     `sbpflow.comm.Communicator`; default all ranks), for local tensors."""
 
     def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0,
-                 broadcast_buffers: bool = True, process_group=None, bucket_cap_mb=25,
-                 find_unused_parameters: bool = False, **kwargs):
+                 broadcast_buffers: bool = True, process_group=None, bucket_cap_mb=None,
+                 find_unused_parameters: bool = False, check_reduction: bool = False,
+                 gradient_as_bucket_view: bool = False, static_graph: bool = False,
+                 delay_all_reduce_named_params=None, param_to_hook_all_reduce=None,
+                 mixed_precision=None, device_mesh=None, *, bucket_size: int | None = None,
+                 use_bucket: bool = True):
+        """torch's arguments, and OneFlow's keyword arguments `bucket_size` (the most
+        parameters per bucket; OneFlow's default is 10) and `use_bucket` (False: one
+        all-reduce per parameter). `bucket_size` and `bucket_cap_mb` may be combined: a bucket
+        closes at whichever limit comes first. torch's `check_reduction` (deprecated, unused
+        by torch), `gradient_as_bucket_view` and `static_graph` (memory and speed hints: the
+        gradients are the same) are accepted; the arguments for features DDP does not have
+        here raise NotImplementedError when given."""
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: module must be an nn.Module, got "
                             f"{type(module).__name__}")
+        for name, value in (("delay_all_reduce_named_params", delay_all_reduce_named_params),
+                            ("param_to_hook_all_reduce", param_to_hook_all_reduce),
+                            ("mixed_precision", mixed_precision), ("device_mesh", device_mesh)):
+            if value is not None:
+                raise NotImplementedError(
+                    f"DistributedDataParallel: {name} is not supported by sbpflow's DDP (it "
+                    "has no delayed all-reduce, mixed precision or device meshes); leave it "
+                    "None")
+        if type(use_bucket) is not bool:
+            raise TypeError(f"DistributedDataParallel: use_bucket must be bool, got "
+                            f"{type(use_bucket).__name__}")
+        if bucket_size is not None and (type(bucket_size) is not int or bucket_size < 1):
+            raise ValueError(f"DistributedDataParallel: bucket_size (parameters per bucket) "
+                             f"must be a positive int, got {bucket_size!r}")
+        if not use_bucket:
+            if bucket_size not in (None, 1):
+                raise ValueError("DistributedDataParallel: bucket_size has no meaning with "
+                                 "use_bucket=False (one parameter per all-reduce)")
+            bucket_size = 1
         # torch.distributed's ProcessGroup (new_group) wraps a communicator
         process_group = getattr(process_group, "communicator", process_group)
         if process_group is not None and not isinstance(process_group, _comm.Communicator):
@@ -118,6 +148,10 @@ class DistributedDataParallel(Module):
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
+        self.bucket_size = bucket_size  # OneFlow's: parameters per bucket (None: no limit)
+        self.use_bucket = use_bucket
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.static_graph = static_graph
         self.require_backward_grad_sync = True
         object.__setattr__(self, "process_group",
                            process_group if process_group is not None else _comm.world())
@@ -154,7 +188,8 @@ class DistributedDataParallel(Module):
                 buckets.append(b)
             b.params.append(p)
             b.nbytes += p.numel() * p.element_size()
-            if b.nbytes >= self.bucket_bytes_cap:
+            if b.nbytes >= self.bucket_bytes_cap or (self.bucket_size is not None
+                                                     and len(b.params) >= self.bucket_size):
                 del open_by_dtype[p.dtype]
         return buckets
 
