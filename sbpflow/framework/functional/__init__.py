@@ -13,6 +13,7 @@ from . import (
     conversion,
     creation,
     elementwise,
+    fused,
     index,
     linalg,
     nn,
@@ -21,8 +22,9 @@ from . import (
     shape,
 )
 
-_FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape, index, nn, conv, resample)
-_NN_FAMILIES = (nn, conv, resample)
+_FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape, index, nn, conv, resample,
+             fused)
+_NN_FAMILIES = (nn, conv, resample, fused)
 _TOP_LEVEL_NN = {
     "relu", "relu_", "selu", "selu_", "celu", "celu_", "rrelu", "rrelu_", "prelu",
     "hardshrink", "threshold", "threshold_", "softmax", "log_softmax", "dropout", "dropout_",
@@ -30,6 +32,7 @@ _TOP_LEVEL_NN = {
     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "adaptive_avg_pool1d",
     "layer_norm", "group_norm", "cosine_similarity", "pairwise_distance", "bilinear",
     "pixel_shuffle", "pixel_unshuffle",
+    "gather_nd",  # OneFlow's flow.gather_nd
 }
 
 __all__: list[str] = []
