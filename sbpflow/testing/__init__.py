@@ -69,9 +69,9 @@ def _compare_tensors(actual, expected, rtol, atol, equal_nan, check_dtype, check
         raise _Mismatch(AssertionError, f"The values for attribute 'shape' do not match: "
                         f"{actual.shape} != {expected.shape}.")
     if check_device and isinstance(actual, Tensor) and isinstance(expected, Tensor) and \
-            actual.device != expected.device:
+            actual._device != expected._device:  # _device: global tensors have no .device
         raise _Mismatch(AssertionError, f"The values for attribute 'device' do not match: "
-                        f"{actual.device} != {expected.device}.")
+                        f"{actual._device} != {expected._device}.")
     da, de = _dtype_of(actual), _dtype_of(expected)
     if check_dtype and da is not de:
         raise _Mismatch(AssertionError, f"The values for attribute 'dtype' do not match: "
