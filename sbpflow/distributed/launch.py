@@ -231,9 +231,9 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
                 "-env", "MASTER_ADDR", master_addr,
                 "-env", "MASTER_PORT", master_port]
         if logdir:
-            # Opened by the rank's own shell, so on the rank's machine.
+            # Made and opened by the rank's own shell, so on the rank's machine.
             log = os.path.join(os.path.abspath(logdir), f"rank-{rank}.log")
-            cmd += ["/bin/sh", "-c", 'exec "$@" > "$0" 2>&1', log]
+            cmd += ["/bin/sh", "-c", 'mkdir -p "${0%/*}" && exec "$@" > "$0" 2>&1', log]
         cmd += run
     return cmd
 
@@ -550,8 +550,6 @@ def _join(opts: Options) -> None:
     the proxy is started again once a second, for PROXY_RETRIES seconds."""
     addr, port = rendezvous(["127.0.0.1"], opts.master_addr, opts.master_port)
     cmd = proxy_command(opts.node_rank, addr, port)
-    if opts.logdir:
-        os.makedirs(opts.logdir, exist_ok=True)
     if opts.dry_run:
         print(" ".join(cmd))
         return
@@ -587,8 +585,6 @@ def main(argv: list[str] | None = None) -> None:
     cmd = build_command(nproc, hostfile, opts.program, nnodes=opts.nnodes,
                         master_addr=opts.master_addr, master_port=opts.master_port,
                         no_python=opts.no_python, logdir=opts.logdir)
-    if opts.logdir:
-        os.makedirs(opts.logdir, exist_ok=True)
     if opts.dry_run:
         print(" ".join(cmd))
         return
@@ -597,7 +593,9 @@ def main(argv: list[str] | None = None) -> None:
     world_size = nproc * (len(read_hostfile(hostfile)) if hostfile else opts.nnodes)
     env = {**os.environ, _LAUNCH_ID: launch_id}
     mpiexec_env = dict(env)
-    if multi:  # node 0's mpiexec listens on the master port, where the proxies connect
+    # node 0's mpiexec listens on the master port, where the proxies connect (only hydra reads
+    # MPIEXEC_PORT_RANGE; the MPI library in the ranks reads MPIR_CVAR_/MPICH_PORT_RANGE).
+    if multi:
         mpiexec_env["MPIEXEC_PORT_RANGE"] = "{0}:{0}".format(
             rendezvous(["127.0.0.1"], opts.master_addr, opts.master_port)[1])
     # mpiexec's stdout is relayed (to read which rank failed from its exit-code line);

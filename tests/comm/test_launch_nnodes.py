@@ -160,6 +160,20 @@ def test_no_python_runs_the_program_itself():
     assert sorted(job.stdout.split()) == ["port=29500", "port=29500", "rank=0", "rank=1"]
 
 
+def test_logdir_on_two_nodes(tmp_path):
+    logdir = tmp_path / "logs" / "run"  # made by each rank's machine
+    port = _free_port()
+    prog = ("--logdir", str(logdir), script("nnodes_env.py"))
+    (rc0, out0, err0), (rc1, out1, err1) = _run_nodes(
+        [_node_cmd(2, k, port, 1, *prog) for k in range(2)])
+    assert rc0 == 0 and rc1 == 0, (out0, err0, out1, err1)
+    assert "ENV\t" not in out0
+    assert sorted(os.listdir(logdir)) == ["rank-0.log", "rank-1.log"]
+    for r in range(2):
+        row = _rows((logdir / f"rank-{r}.log").read_text())
+        assert [(x["RANK"], x["GROUP_RANK"], x["total"]) for x in row] == [(str(r), str(r), "3")]
+
+
 def test_logdir_writes_one_log_per_rank(tmp_path):
     logdir = tmp_path / "logs"
     job = run_job([sys.executable, "-m", "sbpflow.distributed.launch", "--nproc_per_node", "2",
