@@ -40,7 +40,9 @@ of node K runs only `hydra_pmi_proxy --control-port A:P --proxy-id K`, which con
 mpiexec (retrying while it is not up yet, for `PROXY_RETRIES` seconds) and starts this
 machine's ranks when mpiexec sends them. So node 0's launcher prints every rank's output and
 reports the job's failures and exit status; the others end with their proxy. No ssh is
-needed, only TCP from every machine to A:P and between the machines' ranks.
+needed, only TCP from every machine to A:P and between the machines' ranks. Node 0 waits
+for every node's proxy before any rank starts (there is no join timeout: a node that never
+comes holds the job until the launcher is stopped).
 
 `--no_python` runs the program itself on each rank (an executable, not a Python script).
 `--logdir DIR` sends each rank's stdout and stderr to `DIR/rank-N.log` on the rank's own
