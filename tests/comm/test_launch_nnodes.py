@@ -108,8 +108,13 @@ def test_a_node_without_node_0_gives_up(monkeypatch):
     opts = launch.parse_options(["--nnodes", "2", "--node_rank", "1", "--master_addr",
                                  "127.0.0.1", "--master_port", str(port),
                                  "--nproc_per_node", "1", "x.py"])
-    with pytest.raises(SystemExit) as info:
-        launch._join(opts)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with pytest.raises(SystemExit) as info:
+            launch._join(opts)  # installs the launcher's signal forwarding: restored below
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     assert info.value.code != 0
 
 
