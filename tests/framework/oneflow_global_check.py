@@ -306,6 +306,9 @@ def test_global_mode_makes_factories_global():
                 "arange": flow.arange(4), "full": flow.full((4, 3), 2.5)}
         for name, t in made.items():
             assert t.is_global and t.placement == ALL and t.sbp == (S(0),), name
+        # OneFlow: in the mode a global tensor's .device is legal, and so is .to(device)
+        dev = made["ones"].device
+        assert dev == flow.device("cpu") and made["ones"].to(dev) is made["ones"]
         with global_view.global_mode(False):
             assert flow.ones(2).is_local
             assert not global_view.current_global_mode().is_enabled
