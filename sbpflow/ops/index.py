@@ -1207,8 +1207,11 @@ def _scatter_reduce_grad(ctx, g):
     x, src, result = ctx.input(0), ctx.input(2), ctx.output(0)
     if tuple(im.shape) != tuple(sm.shape):  # only the index's extent of src takes part
         src = op("slice", src, key=tuple(("slice", 0, n, 1) for n in im.shape))
+    def gather(t):  # the op itself: the functional form checks index values on the host
+        return op("gather", t, index, dim=dim)
+
     if reduce == "sum":
-        gx, gs = g, g.gather(dim, index)
+        gx, gs = g, gather(g)
     elif reduce == "mean":
         count = op("full", shape=tuple(g.shape), fill_value=1 if include_self else 0,
                    dtype=g.dtype, _device=g._where())
@@ -1216,15 +1219,15 @@ def _scatter_reduce_grad(ctx, g):
                   _device=g._where())
         count = op("scatter_add", count, index, ones, dim=dim).clamp(min=1)
         gx = g / count
-        gs = gx.gather(dim, index)
+        gs = gather(gx)
     elif reduce in ("amax", "amin"):
         # ties share the gradient evenly, as torch does
-        value = result.gather(dim, index)
+        value = gather(result)
         self_is = (x == result).to(g.dtype)
         src_is = (src == value).to(g.dtype)
         share = g / op("scatter_add", self_is, index, src_is, dim=dim)
         gx = self_is * share
-        gs = src_is * share.gather(dim, index)
+        gs = src_is * gather(share)
     else:  # prod: products of the other factors, exact where one factor is zero
         masked_x = x.masked_fill(x == 0, 1)
         masked_result = op("scatter_reduce", masked_x, index, src, dim=dim, reduce="prod",
@@ -1233,13 +1236,12 @@ def _scatter_reduce_grad(ctx, g):
         src_zero = src == 0
         zeros = op("full", shape=tuple(x.shape), fill_value=0, dtype=g.dtype,
                    _device=g._where())
-        n_zero = op("scatter_add", zeros, index, src_zero.to(g.dtype), dim=dim).gather(
-            dim, index)
+        n_zero = gather(op("scatter_add", zeros, index, src_zero.to(g.dtype), dim=dim))
         single_zero = src_zero.logical_and(n_zero == 1)
         masked_src_result = op("scatter_reduce", x, index, src.masked_fill(single_zero, 1),
                                dim=dim, reduce="prod", include_self=include_self)
-        gs = op("where", single_zero, (g * masked_src_result).gather(dim, index),
-                (g * result).gather(dim, index) / src.masked_fill(src_zero, 1))
+        gs = op("where", single_zero, gather(g * masked_src_result),
+                gather(g * result) / src.masked_fill(src_zero, 1))
     if not include_self:  # the scattered positions' own values were dropped
         gx = op("scatter_value", gx, index, dim=dim, value=0)
     if need_src and tuple(im.shape) != tuple(sm.shape):
