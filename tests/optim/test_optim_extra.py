@@ -16,8 +16,10 @@ from sbpflow import optim
 from sbpflow.optim import lr_scheduler as lrs
 from sbpflow.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
-STEPS = 20
-# (rtol, atol) for trajectories after STEPS updates.
+from .pairs import STEPS, _data, _ids, _Pair, _skips
+
+# (rtol, atol) for trajectories after STEPS updates (one decade looser in float64 than
+# test_optim's: these updates chain more transcendental steps).
 TOL = {"float64": (1e-9, 1e-12), "float32": (2e-5, 2e-6)}
 
 CONFIGS = [
@@ -41,58 +43,6 @@ CONFIGS = [
 ]
 
 
-def _ids(cfg):
-    name, kw = cfg
-    return name + "-" + ",".join(f"{k}={v}" for k, v in kw.items())
-
-
-def _data(dtype, seed=0):
-    """Initial weights of two parameters and STEPS gradients for each."""
-    rng = np.random.default_rng(seed)
-    shapes = [(3, 4), (5,)]
-    init = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(STEPS)]
-    return init, grads
-
-
-def _skips(step: int, i: int) -> bool:
-    # The second parameter has no gradient on every third step: its state must not advance.
-    return i == 1 and step % 3 == 2
-
-
-class _Pair:
-    """The same parameters and optimizer in sbpflow and torch."""
-
-    def __init__(self, name, kw, init, groups=False):
-        self.fp = [flow.tensor(a.copy(), requires_grad=True) for a in init]
-        self.tp = [torch.tensor(a.copy(), requires_grad=True) for a in init]
-        if groups:
-            lr = kw.get("lr", 1.0)
-            fparams = [{"params": [self.fp[0]]}, {"params": [self.fp[1]], "lr": lr / 2}]
-            tparams = [{"params": [self.tp[0]]}, {"params": [self.tp[1]], "lr": lr / 2}]
-        else:
-            fparams, tparams = self.fp, self.tp
-        # foreach=False: torch's single-tensor path, the one we follow.
-        self.fopt = getattr(optim, name)(fparams, foreach=False, **kw)
-        self.topt = getattr(torch.optim, name)(tparams, foreach=False, **kw)
-
-    def step(self, k, grads):
-        for i, (f, t) in enumerate(zip(self.fp, self.tp, strict=True)):
-            if _skips(k, i):
-                f.grad, t.grad = None, None
-            else:
-                f.grad = flow.tensor(grads[k][i].copy())
-                t.grad = torch.tensor(grads[k][i].copy())
-        self.fopt.step()
-        self.topt.step()
-
-    def check(self, dtype, what=""):
-        rtol, atol = TOL[np.dtype(dtype).name]
-        for i, (f, t) in enumerate(zip(self.fp, self.tp, strict=True)):
-            np.testing.assert_allclose(f.detach().numpy(), t.detach().numpy(), rtol=rtol,
-                                       atol=atol, err_msg=f"param {i} {what}")
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_ids)
 def test_trajectory_matches_torch(cfg, dtype):
@@ -101,7 +51,7 @@ def test_trajectory_matches_torch(cfg, dtype):
     pair = _Pair(name, kw, init, groups=(dtype is np.float64))
     for k in range(STEPS):
         pair.step(k, grads)
-        pair.check(dtype, f"after step {k + 1}")
+        pair.check(dtype, f"after step {k + 1}", TOL)
     assert pair.fp[0].dtype is (flow.float64 if dtype is np.float64 else flow.float32)
 
 
@@ -177,7 +127,7 @@ def test_state_dict_resumes_like_torch(cfg):
             np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10)
             if name not in _SCALAR_STATE:
                 np.testing.assert_array_equal(a.detach().numpy(), c.detach().numpy())
-    pair.check(np.float64)
+    pair.check(np.float64, tol=TOL)
 
 
 def test_torch_state_dict_loads_and_continues():
@@ -298,7 +248,7 @@ def test_step_count_follows_loaded_or_replaced_state():
         state["step"] = torch.tensor(float(state["step"].item()))
     for k in range(3, STEPS):
         pair.step(k, grads)
-    pair.check(np.float64)
+    pair.check(np.float64, tol=TOL)
     assert pair.fopt.state[pair.fp[0]]["step"].item() == STEPS
 
 
