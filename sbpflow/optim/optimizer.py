@@ -259,6 +259,23 @@ class Optimizer:
         return handle
 
     # -- state dicts ----------------------------------------------------------------------------
+    def __getstate__(self):
+        # Host caches of step counts are keyed by id(param): meaningless in another process,
+        # and not something a checkpoint should carry.  Pickled as their names only.
+        state = self.__dict__.copy()
+        caches = [k for k, v in state.items() if isinstance(v, _HostScalars)]
+        for k in caches:
+            del state[k]
+        state["_host_caches"] = caches
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        caches = state.pop("_host_caches", [])
+        self.__dict__.update(state)
+        for k in caches:
+            setattr(self, k, _HostScalars())
+
     def state_dict(self) -> dict[str, Any]:
         """torch's format: {'state': {index: {...}}, 'param_groups': [{..., 'params': [index]}]}.
 

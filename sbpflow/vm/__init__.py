@@ -36,7 +36,9 @@ def get_inline_max() -> int:
 
 @contextlib.contextmanager
 def inline_max(n: int):
-    """`with flow.vm.inline_max(0):` every instruction issued inside goes to a worker."""
+    """`with flow.vm.inline_max(0):` every instruction issued inside goes to a worker.
+
+    The setting is process-wide (every thread issues under it): enter it from one thread."""
     previous = set_inline_max(n)
     try:
         yield

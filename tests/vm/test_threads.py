@@ -36,22 +36,22 @@ def _in_threads(seeds, inline_max=None):
 
     def run(seed):
         try:
-            if inline_max is None:
-                results[seed] = _train(seed)
-            else:
-                with flow.vm.inline_max(inline_max):
-                    results[seed] = _train(seed)
+            results[seed] = _train(seed)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(s,)) for s in seeds]
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
+    # inline_max is process-wide: set it once here, not from each thread (nested
+    # enter/exit from several threads would restore each other's values out of order)
+    knob = flow.vm.inline_max(flow.vm.get_inline_max() if inline_max is None else inline_max)
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        with knob:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
     finally:
         sys.setswitchinterval(old)
     assert not any(t.is_alive() for t in threads), "a training thread hung"

@@ -238,7 +238,7 @@ def getitem(self: Tensor, key):
     index_key, indices = _advanced_key(view, advanced)
     if any(i._device != view._device for i in indices):
         raise RuntimeError("indices should be either on cpu or on the same device as the "
-                           f"indexed tensor ({view.device})")
+                           f"indexed tensor ({view._device})")
     return call("index", [view, *indices], key=index_key)
 
 

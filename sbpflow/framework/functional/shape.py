@@ -496,7 +496,7 @@ def meshgrid(*tensors, indexing=None):
         if x.dtype is not tensors[0].dtype:
             raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have "
                                "the same dtype.")
-        if x.device != tensors[0].device:
+        if x._device != tensors[0]._device:  # (a global tensor has no .device)
             raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have "
                                "the same device.")
     order = list(range(len(tensors)))

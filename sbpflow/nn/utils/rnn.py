@@ -49,7 +49,7 @@ class PackedSequence(_PackedSequenceBase):
         if unsorted_indices is None:
             unsorted_indices = invert_permutation(sorted_indices)
         if batch_sizes is not None:
-            if batch_sizes.device.type != "cpu":
+            if batch_sizes._device.type != "cpu":
                 raise ValueError(
                     "batch_sizes should always be on CPU. Instances of PackedSequence should "
                     "never be created manually. They should be instantiated by functions like "
@@ -65,7 +65,7 @@ class PackedSequence(_PackedSequenceBase):
         data = self.data.to(*args, **kwargs)
         if data is self.data:
             return self
-        move = {"device": data.device}
+        move = {"device": data._device}
         sorted_i = None if self.sorted_indices is None else self.sorted_indices.to(**move)
         unsorted_i = None if self.unsorted_indices is None else self.unsorted_indices.to(**move)
         return type(self)(data, self.batch_sizes, sorted_i, unsorted_i)
@@ -93,7 +93,7 @@ class PackedSequence(_PackedSequenceBase):
 
     @property
     def is_cuda(self) -> bool:
-        return self.data.device.type == "cuda"
+        return self.data._device.type == "cuda"
 
     def is_pinned(self) -> bool:
         return False
