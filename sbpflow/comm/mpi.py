@@ -31,12 +31,17 @@ from .communicator import (
 )
 from .faults import abort_job
 
+_START_FLOOR_S = 30.0
+
 
 def _start_mpi_waits_for_every_rank():
     # MPI start-up is itself collective and holds the GIL (the watchdog thread cannot run),
     # so faulthandler's C thread guards it: a rank that never starts MPI ends the job after
-    # the collective timeout with this function in the printed traceback.
-    faulthandler.dump_traceback_later(_watchdog.collective_timeout(), exit=True)
+    # the collective timeout with this function in the printed traceback.  Never less than
+    # _START_FLOOR_S: start-up waits for every rank's imports, seconds on a loaded machine,
+    # so a short collective timeout (tests use 1 s) must not end a healthy start.
+    faulthandler.dump_traceback_later(max(_watchdog.collective_timeout(), _START_FLOOR_S),
+                                      exit=True)
     try:
         from mpi4py import MPI
     finally:

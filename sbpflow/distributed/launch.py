@@ -624,9 +624,12 @@ def main(argv: list[str] | None = None) -> None:
         statuses = rank_statuses(exit_line) if exit_line else []
         culprit = _culprit(bytes(tail), watch, statuses)
         failures = describe_failures(statuses, culprit)
-        if not failures and (hostfile or multi):
+        if (hostfile or multi) and (not failures or culprit is None):
+            # Several machines and no known first failure: hydra's report of the first bad
+            # termination (host and exit code) beats this machine's exit codes, which also
+            # count the ranks hydra killed here after a failure elsewhere.
             hosts = read_hostfile(hostfile) if hostfile else node_names(opts.nnodes)
-            failures = describe_remote_failure(bytes(tail), hosts, nproc)
+            failures = describe_remote_failure(bytes(tail), hosts, nproc) or failures
         sys.stderr.write(
             f"sbpflow.distributed.launch: the job failed (mpiexec exit status {code})"
             + (": " + "; ".join(failures) if failures else "") + "\n"
