@@ -91,20 +91,19 @@ if numba is not None:
         return np.int64(z & np.uint64(mask))
 
     @_jit
+    def _probe(table_keys, k, mask):
+        """The bucket holding k, or the empty bucket where linear probing would put it."""
+        b = _bucket(k, mask)
+        while table_keys[b] != k and table_keys[b] != -1:
+            b = (b + 1) & mask
+        return b
+
+    @_jit
     def _find(table_keys, table_slots, keys, out):
         mask = table_keys.shape[0] - 1
         for i in range(keys.shape[0]):
-            k = keys[i]
-            b = _bucket(k, mask)
-            while True:
-                t = table_keys[b]
-                if t == k:
-                    out[i] = table_slots[b]
-                    break
-                if t == -1:
-                    out[i] = -1
-                    break
-                b = (b + 1) & mask
+            b = _probe(table_keys, keys[i], mask)
+            out[i] = table_slots[b] if table_keys[b] != -1 else -1
 
     @_jit
     def _insert(table_keys, table_slots, keys, out, next_slot):
@@ -112,22 +111,13 @@ if numba is not None:
         Returns the next free slot. The table must have room (load kept <= 1/2)."""
         mask = table_keys.shape[0] - 1
         for i in range(keys.shape[0]):
-            k = keys[i]
-            b = _bucket(k, mask)
-            while True:
-                t = table_keys[b]
-                if t == k:
-                    out[i] = table_slots[b]
-                    break
-                if t == -1:
-                    table_keys[b] = k
-                    table_slots[b] = next_slot
-                    out[i] = next_slot
-                    next_slot += 1
-                    break
-                b = (b + 1) & mask
+            b = _probe(table_keys, keys[i], mask)
+            if table_keys[b] == -1:
+                table_keys[b] = keys[i]
+                table_slots[b] = next_slot
+                next_slot += 1
+            out[i] = table_slots[b]
         return next_slot
-
 
     @_jit
     def sum_rows_into(out, inverse, rows):
@@ -144,22 +134,14 @@ if numba is not None:
         mask = table_keys.shape[0] - 1
         n = 0
         for j in range(keys.shape[0]):
-            k = keys[j]
-            b = _bucket(k, mask)
-            while True:
-                t = table_keys[b]
-                if t == k:
-                    inverse[j] = table_pos[b]
-                    break
-                if t == -1:
-                    table_keys[b] = k
-                    table_pos[b] = n
-                    uniq[n] = k
-                    first[n] = j
-                    inverse[j] = n
-                    n += 1
-                    break
-                b = (b + 1) & mask
+            b = _probe(table_keys, keys[j], mask)
+            if table_keys[b] == -1:
+                table_keys[b] = keys[j]
+                table_pos[b] = n
+                uniq[n] = keys[j]
+                first[n] = j
+                n += 1
+            inverse[j] = table_pos[b]
         return n
 
 
