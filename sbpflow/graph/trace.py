@@ -145,8 +145,9 @@ class Trace:
     def __init__(self, job: Job, names: dict[int, str] | None = None):
         self.job = job
         self.names = dict(names or {})
-        if get_world_size() != 1:
-            raise NotImplementedError(MULTI_RANK)
+        # On several ranks a graph of local tensors is each rank's own program (SPMD, as the
+        # same eager code would be; one-embedding ops exchange rows inside their kernels);
+        # global tensors still raise (name_of, input).
         self.placement = Placement("cpu", [get_rank()])
         self.sbp = (B,)
         self._var_of: dict[int, str] = {}  # id(eager) -> variable name

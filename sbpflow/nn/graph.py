@@ -289,7 +289,7 @@ class Graph:
         if kind is None:
             raise NotImplementedError(
                 f"nn.Graph: no graph update for {type(optim).__name__}; supported: SGD, Adam, "
-                "AdamW")
+                "AdamW, and for one-embedding tables also Adagrad and one_embedding.Ftrl")
         if lr_sch is not None and getattr(lr_sch, "optimizer", optim) is not optim:
             raise ValueError("add_optimizer: lr_sch must schedule the optimizer it is added with")
         self._optimizers.append((optim, lr_sch))
@@ -460,6 +460,8 @@ class Graph:
 
     def _state_tensors(self, kind, opt, p, hyper, var):
         """(torch state key, tensor) of p's optimizer state, created in torch's format."""
+        if kind in ("adagrad", "ftrl"):
+            return []  # one-embedding tables only: their state lives in the store
         if kind == "sgd":
             if hyper["momentum"] == 0:
                 return []
@@ -620,6 +622,10 @@ def _optimizer_kind(opt) -> str | None:
         return "sgd"
     if "Adam" in mro:  # AdamW subclasses Adam (decoupled_weight_decay)
         return "adam"
+    if "Adagrad" in mro:  # these two update one-embedding tables only (passes/optimizer.py)
+        return "adagrad"
+    if "Ftrl" in mro:
+        return "ftrl"
     return None
 
 
@@ -633,6 +639,11 @@ def _hyper(kind, group) -> dict:
                 "nesterov": bool(group["nesterov"]),
                 "weight_decay": _scalar(group["weight_decay"]),
                 "maximize": bool(group["maximize"])}
+    if kind in ("adagrad", "ftrl"):
+        keys = (("lr_decay", "initial_accumulator_value", "eps", "weight_decay", "maximize")
+                if kind == "adagrad" else ("lr_power", "initial_accumulator_value", "lambda1",
+                                           "lambda2", "beta", "weight_decay"))
+        return {k: (bool(group[k]) if k == "maximize" else _scalar(group[k])) for k in keys}
     b1, b2 = group["betas"]
     return {"beta1": _scalar(b1), "beta2": _scalar(b2), "eps": _scalar(group["eps"]),
             "weight_decay": _scalar(group["weight_decay"]),
@@ -643,7 +654,8 @@ def _hyper(kind, group) -> dict:
 # Param-group entries baked into the update ops (a change recompiles; `lr` is fed instead).
 _HYPER_KEYS = ("momentum", "dampening", "nesterov", "weight_decay", "maximize", "betas", "eps",
                "amsgrad", "decoupled_weight_decay", "clip_grad_max_norm",
-               "clip_grad_norm_type")
+               "clip_grad_norm_type", "lr_decay", "initial_accumulator_value", "lr_power",
+               "lambda1", "lambda2", "beta")
 
 
 def _hashable(x):

@@ -30,12 +30,17 @@ How it fits together (see `store.py` for one rank's store):
   back (all-to-all); backward sends the gradient rows to the owners the same way, where
   they are summed over ranks (the gradient of the sum of the ranks' losses). Every rank must
   call forward, backward and step the same number of times (SPMD).
-- Eager only: inside `nn.Graph` the lookup raises NotImplementedError.
+- Inside `nn.Graph.build()` the lookup is the registered op `one_embedding_lookup` (dedup,
+  id shuffle, gather, embedding shuffle), its backward `one_embedding_gradient_shuffle`, and
+  the graph's optimizer pass adds `one_embedding_<rule>_update`, which applies the same rule
+  inside the store (sbpflow/ops/embedding.py); the ops reach the store through a handle
+  named by the op's `handle` attr. Graph and eager steps share the store and compute the same
+  numbers, so training may switch between them.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import os
 import weakref
 
@@ -45,18 +50,21 @@ from .. import comm as _comm
 from .._core import dtype as _dt
 from ..autograd import grad_mode
 from ..autograd.function import Function
+from ..framework.functional.creation import arange as _arange
 from ..framework.functional.creation import tensor as _tensor
 from ..framework.functional.creation import zeros as _zeros
 from ..framework.generator import initial_seed as _initial_seed
 from ..framework.parameter import Parameter
 from ..nn.modules.module import Module
+from ..ops import embedding as _ops_emb
+from ..ops import registry as _registry
 from ..optim import SGD, Adagrad, Adam, AdamW
 from ..optim.optimizer import (
     Optimizer,
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
-from ._hash import dedup, sum_rows_into
+from ._hash import dedup, owner_of, sum_rows_into
 from .store import EmbeddingStore, SnapshotError
 
 __all__ = [
@@ -170,105 +178,47 @@ def _check_initializer(init, where: str) -> dict:
 
 
 # -- the in-store optimizer rules -----------------------------------------------------------
-# Each rule updates rows (n, storage_dim) in place: rows[:, :d] is the embedding, then states.
-def _rule_for(optimizer, group: dict, d: int, storage_dim: int, name: str):
-    def need(factor: int, what: str):
-        if storage_dim < factor * d:
-            raise RuntimeError(
-                f"one_embedding {name!r}: {what} keeps {factor - 1} state row(s) per key and "
-                f"needs size_factor >= {factor}, but the store has storage_dim {storage_dim} "
-                f"(embedding_dim {d})")
-
-    f32 = np.float32
-    lr = f32(group["lr"])
-    wd = f32(group.get("weight_decay", 0.0))
+# The rules' math lives in ops/embedding.py (`make_rule`), shared with the graph's update ops.
+def rule_of(optimizer, group: dict, name: str) -> tuple[str, dict]:
+    """(rule kind, hyperparameters) of an optimizer's param group, as the update ops take
+    them: sgd, momentum, adam, adagrad or ftrl."""
     if isinstance(optimizer, SGD):
-        m, damp = f32(group.get("momentum", 0.0)), f32(group.get("dampening", 0.0))
-        nesterov, maximize = group.get("nesterov", False), group.get("maximize", False)
-        if m != 0:
-            need(2, "SGD with momentum")
-            if damp != 0:
-                raise NotImplementedError(
-                    f"one_embedding {name!r}: SGD with dampening is not offered (a row's first "
-                    "momentum step would need a per-row step count)")
-
-        def sgd(rows, g, step):
-            w = rows[:, :d]
-            g = -g if maximize else g
-            if wd != 0:
-                g = g + wd * w
-            if m != 0:
-                buf = rows[:, d:2 * d]
-                buf *= m
-                buf += g
-                g = g + m * buf if nesterov else buf
-            w -= lr * g
-        return sgd
+        if float(group.get("momentum", 0.0)) != 0:
+            return "momentum", {k: group.get(k, v) for k, v in (
+                ("momentum", 0.0), ("dampening", 0.0), ("nesterov", False),
+                ("weight_decay", 0.0), ("maximize", False))}
+        return "sgd", {"weight_decay": group.get("weight_decay", 0.0),
+                       "maximize": group.get("maximize", False)}
     if isinstance(optimizer, (Adam, AdamW)):
-        need(3, type(optimizer).__name__)
-        if group.get("amsgrad", False):
-            raise NotImplementedError(f"one_embedding {name!r}: Adam(amsgrad=True) is not "
-                                      "offered")
         b1, b2 = (float(b) for b in group["betas"])
-        eps, maximize = float(group["eps"]), group.get("maximize", False)
-        decoupled = isinstance(optimizer, AdamW) or group.get("decoupled_weight_decay", False)
-
-        def adam(rows, g, step):
-            w, mom, var = rows[:, :d], rows[:, d:2 * d], rows[:, 2 * d:3 * d]
-            g = -g if maximize else g
-            if wd != 0:
-                if decoupled:
-                    w *= f32(1 - float(lr) * float(wd))
-                else:
-                    g = g + wd * w
-            mom += (g - mom) * f32(1 - b1)
-            var *= f32(b2)
-            var += f32(1 - b2) * g * g
-            bc1, bc2 = 1 - b1**step, 1 - b2**step
-            denom = np.sqrt(var) / f32(math.sqrt(bc2)) + f32(eps)
-            w -= f32(float(lr) / bc1) * mom / denom
-        return adam
+        return "adam", {"beta1": b1, "beta2": b2, "eps": float(group["eps"]),
+                        "weight_decay": group.get("weight_decay", 0.0),
+                        "decoupled_weight_decay": isinstance(optimizer, AdamW) or bool(
+                            group.get("decoupled_weight_decay", False)),
+                        "amsgrad": bool(group.get("amsgrad", False)),
+                        "maximize": bool(group.get("maximize", False))}
     if isinstance(optimizer, Adagrad):
-        need(2, "Adagrad")
-        lr_decay, init_acc = float(group.get("lr_decay", 0.0)), f32(
-            group.get("initial_accumulator_value", 0.0))
-        eps, maximize = f32(group["eps"]), group.get("maximize", False)
-
-        def adagrad(rows, g, step):
-            w, acc = rows[:, :d], rows[:, d:2 * d]  # acc: sum of squares - initial value
-            g = -g if maximize else g
-            if wd != 0:
-                g = g + wd * w
-            clr = f32(float(lr) / (1 + (step - 1) * lr_decay))
-            acc += g * g
-            w -= clr * g / (np.sqrt(acc + init_acc) + eps)
-        return adagrad
+        return "adagrad", {k: group.get(k, v) for k, v in (
+            ("lr_decay", 0.0), ("initial_accumulator_value", 0.0), ("eps", 1e-10),
+            ("weight_decay", 0.0), ("maximize", False))}
     if isinstance(optimizer, Ftrl):
-        need(3, "Ftrl")
-        p = float(group["lr_power"])
-        l1, l2, beta = (f32(group[k]) for k in ("lambda1", "lambda2", "beta"))
-        init_acc = f32(group["initial_accumulator_value"])
-
-        def ftrl(rows, g, step):
-            w, acc, z = rows[:, :d], rows[:, d:2 * d], rows[:, 2 * d:3 * d]
-            if wd != 0:
-                g = g + wd * w
-            _ftrl_step(w, acc, z, g, lr, p, l1, l2, beta, init_acc)
-        return ftrl
+        return "ftrl", {k: group[k] for k in (
+            "lr_power", "initial_accumulator_value", "lambda1", "lambda2", "beta",
+            "weight_decay")}
     raise NotImplementedError(
         f"one_embedding {name!r}: the optimizer {type(optimizer).__name__} is not offered "
         "inside the store; use SGD, Adam, AdamW, Adagrad or one_embedding.Ftrl")
 
 
-def _ftrl_step(w, acc, z, g, lr, lr_power, l1, l2, beta, init_acc):
-    """FTRL-proximal, in place on NumPy arrays (acc holds the accumulator - init_acc)."""
-    old = acc + init_acc
-    new = old + g * g
-    sigma = (np.power(new, -lr_power) - np.power(old, -lr_power)) / lr
-    z += g - sigma * w
-    acc += g * g
-    denom = (beta + np.power(new, -lr_power)) / lr + l2
-    w[...] = np.where(np.abs(z) > l1, -(z - np.sign(z) * l1) / denom, 0).astype(w.dtype)
+def _rule_for(optimizer, group: dict, d: int, storage_dim: int, name: str):
+    kind, hyper = rule_of(optimizer, group, name)
+    rule = _ops_emb.make_rule(kind, hyper, d, storage_dim, name)
+    lr = group["lr"]
+    lr = float(lr.item() if hasattr(lr, "item") else lr)
+    return lambda rows, g, step: rule(rows, g, step, lr)
+
+
+_ftrl_step = _ops_emb.ftrl_step
 
 
 class Ftrl(Optimizer):
@@ -379,12 +329,6 @@ class _Lookup(Function):
         return _zeros(1), None, None, None
 
 
-class _Plan:
-    """What a lookup's backward needs: the distinct ids and where they went."""
-
-    __slots__ = ("uniq", "tids", "inverse", "order", "send", "recv", "shape")
-
-
 class Embedding(Module):
     """The base of MultiTableEmbedding and MultiTableMultiColumnEmbedding."""
 
@@ -458,6 +402,9 @@ class Embedding(Module):
             table_opts.get("capacity_hint", 0) // self.world_size)
         self.shadow = Parameter(_zeros(1))
         _SHADOWS[id(self.shadow)] = weakref.ref(self, _forget(id(self.shadow)))
+        # The graph's lookup and update ops reach the store through this handle (by name).
+        self._handle = _StoreHandle(self)
+        _ops_emb.register_handle(self._handle.key, self._handle)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     # -- snapshots --------------------------------------------------------------------------
@@ -520,36 +467,42 @@ class Embedding(Module):
         names each id's table; it may be left out with one table, or when ids is
         (batch, num_tables) and column j belongs to table j."""
         if getattr(ids, "is_lazy", False):
-            raise NotImplementedError(f"one_embedding {self.name!r}: lookups inside nn.Graph "
-                                      "are not offered yet; call the module eagerly")
+            return self._lazy_forward(ids, table_ids)
         keys, tids = self._check(ids, table_ids)
-        plan = _Plan()
-        plan.shape = tuple(ids.shape) + (self.embedding_dim,)
-        uniq, first, inverse = dedup(keys)
-        plan.uniq, plan.tids, plan.inverse = uniq, tids[first], inverse
-        rows = self._gather(plan)[plan.inverse].reshape(plan.shape)
+        plan = _ops_emb.shuffle_and_gather(self._handle, keys, tids)
+        rows = plan.rows[plan.inverse].reshape(tuple(ids.shape) + (self.embedding_dim,))
         return _Lookup.apply(self.shadow, self, plan, rows)
 
-    def _gather(self, plan) -> np.ndarray:
-        if self.world_size == 1:
-            return self.store.lookup(plan.uniq, plan.tids)
-        world = _comm.world()
-        owner = _hash_owner(plan.uniq, self.world_size)
-        plan.order = np.argsort(owner, kind="stable")
-        plan.send = np.bincount(owner, minlength=self.world_size).astype(np.int64)
-        counts = world.all_to_all(plan.send.reshape(-1, 1), send_sizes=[1] * self.world_size,
-                                  recv_sizes=[1] * self.world_size)
-        plan.recv = counts.reshape(-1).astype(np.int64)
-        req = np.stack([plan.uniq[plan.order], plan.tids[plan.order]], axis=1)
-        got = world.all_to_all(req, send_sizes=plan.send.tolist(),
-                               recv_sizes=plan.recv.tolist())
-        keys, first, inv = dedup(got[:, 0])
-        rows = self.store.lookup(keys, got[first, 1])[inv]
-        back = world.all_to_all(np.ascontiguousarray(rows), send_sizes=plan.recv.tolist(),
-                                recv_sizes=plan.send.tolist())
-        out = np.empty_like(back)
-        out[plan.order] = back
-        return out
+    def _lazy_forward(self, ids, table_ids):
+        """Inside nn.Graph.build(): the op one_embedding_lookup in the Job (ids are checked
+        for sign and table range when the graph runs)."""
+        from ..framework.tensor import Tensor
+
+        if ids.dtype != self.key_type:
+            raise TypeError(f"one_embedding {self.name!r}: ids must have dtype key_type "
+                            f"{self.key_type}, got {ids.dtype}")
+        shape = tuple(ids.shape)
+        if table_ids is None:
+            tids = _zeros(shape, dtype=_dt.int64)
+            if self.num_tables > 1:
+                if len(shape) != 2 or shape[1] != self.num_tables:
+                    raise ValueError(
+                        f"one_embedding {self.name!r}: with {self.num_tables} tables, pass "
+                        f"table_ids or ids of shape (batch, {self.num_tables}); got ids of "
+                        f"shape {shape}")
+                tids = tids + _arange(self.num_tables, dtype=_dt.int64)
+        else:
+            if not isinstance(table_ids, Tensor) or table_ids.dtype.is_floating_point:
+                raise TypeError(f"one_embedding {self.name!r}: table_ids must be an integer "
+                                "Tensor")
+            if tuple(table_ids.shape) != shape:
+                raise ValueError(f"one_embedding {self.name!r}: table_ids shape "
+                                 f"{tuple(table_ids.shape)} must equal ids shape {shape}")
+            tids = table_ids
+        outs = _registry.op("one_embedding_lookup", self.shadow, ids, tids,
+                            handle=self._handle.key, embedding_dim=self.embedding_dim,
+                            world_size=self.world_size)
+        return outs[0]
 
     # -- backward and step ------------------------------------------------------------------
     def _backward(self, plan, g: np.ndarray) -> None:
@@ -584,10 +537,29 @@ class Embedding(Module):
                 f"num_tables={self.num_tables}, storage_dim={self.store.storage_dim}")
 
 
-def _hash_owner(keys, world_size):
-    from ._hash import owner_of
+_handle_ids = itertools.count()
 
-    return owner_of(keys, world_size)
+
+class _StoreHandle:
+    """What the one-embedding ops see of an embedding (the protocol in ops/embedding.py)."""
+
+    def __init__(self, emb: Embedding):
+        self.key = f"{emb.name}#{next(_handle_ids)}"
+        self.name, self.embedding_dim = emb.name, emb.embedding_dim
+        self.world_size, self.num_tables = emb.world_size, emb.num_tables
+        self.store = emb.store
+        self.storage_dim = emb.store.storage_dim
+
+    dedup = staticmethod(dedup)
+
+    def owner(self, keys: np.ndarray) -> np.ndarray:
+        return owner_of(keys, self.world_size)
+
+    def gather(self, keys: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
+        return self.store.lookup(keys, table_ids)
+
+    def update(self, keys: np.ndarray, grads: np.ndarray, rule) -> None:
+        self.store.apply_update(keys, grads, rule)
 
 
 class MultiTableEmbedding(Embedding):

@@ -4,6 +4,7 @@ from . import (  # noqa: F401
     conv,
     creation,
     elementwise,
+    embedding,
     fused,
     index,
     linalg,

@@ -283,6 +283,8 @@ class Chain:
                                  f"  # {op.op_type} ({op.name})", op))
                 elif len(outs) == 1:
                     body.append((f"{outs[0]} = ec({call})  # {op.op_type} ({op.name})", op))
+                elif not outs:  # an effect (e.g. a one-embedding update in its store)
+                    body.append((f"{call}  # {op.op_type} ({op.name})", op))
                 else:
                     body.append((f"{', '.join(outs)}, = {call}  # {op.op_type} ({op.name})",
                                  op))

@@ -297,7 +297,9 @@ def test_store_option_builders(tmp_path):
         oe.MultiTableEmbedding("x", [2, 2], flow.float, flow.int64, None, dev)
 
 
-def test_lookup_inside_graph_says_not_offered(tmp_path):
+def test_lookup_inside_eval_graph_equals_eager(tmp_path):
+    """An eval graph's lookup (the op one_embedding_lookup in the Job) returns the eager rows,
+    new keys included; training graphs: test_graph.py."""
     emb = _embedding(tmp_path, 1)
 
     class G(flow.nn.Graph):
@@ -308,5 +310,9 @@ def test_lookup_inside_graph_says_not_offered(tmp_path):
         def build(self, ids):
             return self.emb(ids)
 
-    with pytest.raises(NotImplementedError, match="nn.Graph"):
-        G()(flow.tensor([1, 2]))
+    g = G()
+    ids = np.array([[1, 2, 1], [7, 2, 9]], np.int64)
+    got = g(flow.tensor(ids)).numpy()
+    assert [op.op_type for op in g._job().ops].count("one_embedding_lookup") == 1
+    np.testing.assert_array_equal(got, emb(flow.tensor(ids)).detach().numpy())
+    assert emb.store.num_keys == 4

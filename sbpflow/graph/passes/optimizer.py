@@ -4,7 +4,7 @@ The front end describes each optimizer in `job.config["optimizers"]` (plain data
 still serialises) and puts the optimizer states into `job.variables` (the eager optimizer's
 own `state[p]` tensors):
 
-    {"kind": "sgd" | "adam",
+    {"kind": "sgd" | "adam" | "adagrad" | "ftrl" (the last two: one-embedding tables only),
      "groups": [{"params": [param variable, ...],
                  "hyper": {attrs of sgd_update / adam_update},
                  "lr": feed key, "first": variable (SGD with momentum: 1.0 until the
@@ -18,6 +18,12 @@ schedulers work without recompiling), OneFlow-style gradient clipping over the g
 clip_grad_norm_ formula), one update op per parameter (or one `multi_*` op per group with
 `job.config["allow_fuse_model_update_ops"]`), and `assign` ops writing the new parameters and
 states into their variables at the end of the step.
+
+One-embedding tables: a parameter that is a table's placeholder (the `shadow` input of a
+`one_embedding_lookup` whose rows' gradient a `one_embedding_gradient_shuffle` computes) gets
+no dense update; its group's rule becomes `one_embedding_{sgd,momentum,adam,adagrad,ftrl}_update`
+over the owned ids and summed gradient rows of every lookup of the table in the step, which
+updates the rows inside the store (an effect op: dead-code elimination keeps it).
 """
 
 from __future__ import annotations
@@ -39,10 +45,45 @@ def run(job: Job) -> None:
         return
     trace = Trace(job)
     fuse = bool(job.config.get("allow_fuse_model_update_ops", False))
+    tables = embedding_grads(job)
     with trace.active(), trace.scope("optimizer"):
         for spec in specs:
             for group in spec["groups"]:
-                _group(job, trace, spec["kind"], group, fuse)
+                _group(job, trace, spec["kind"], group, fuse, tables)
+
+
+def embedding_grads(job: Job) -> dict[str, tuple[str, list]]:
+    """One-embedding tables: placeholder variable -> (store handle, [(owned ids, their count,
+    their gradient rows)] per lookup), from the lookups' gradient shuffles."""
+    out: dict[str, tuple[str, list]] = {}
+    for op in job.ops_of("one_embedding_gradient_shuffle"):
+        lookup = job.producer(op.inputs[1])
+        if lookup is None or lookup.op_type != "one_embedding_lookup":
+            raise ValueError(f"Job {job.name}: {op.name} reads a plan that no "
+                             "one_embedding_lookup made")
+        shadow = job.producer(lookup.inputs[0])
+        if shadow is None or shadow.op_type != "variable":
+            continue
+        entry = out.setdefault(shadow.attrs["var"], (lookup.attrs["handle"], []))
+        entry[1].append((lookup.outputs[4], lookup.outputs[3], op.outputs[0]))
+    return out
+
+
+def _embedding_update(job: Job, trace: Trace, kind: str, hyper: dict, lr, param: str,
+                      tables: dict) -> None:
+    """The in-store update of one-embedding table `param` (its placeholder variable): the
+    rows' gradients from the gradient shuffles go to `one_embedding_<rule>_update`."""
+    handle, lookups = tables[param]
+    if kind == "sgd":
+        rule = "momentum" if hyper.get("momentum", 0.0) != 0 else "sgd"
+    elif kind in ("adam", "adagrad", "ftrl"):
+        rule = kind
+    else:
+        raise NotImplementedError(f"nn.Graph optimizer pass: no in-store update for {kind!r}")
+    attrs = registry.get(f"one_embedding_{rule}_update").attrs
+    flat = [trace.lazy(t) for block in lookups for t in block] + [lr]
+    registry.op(f"one_embedding_{rule}_update", flat, handle=handle,
+                **{k: v for k, v in hyper.items() if k in attrs})
 
 
 def _feed(job: Job, trace: Trace, key: str):
@@ -68,11 +109,23 @@ def _clip(grads, max_norm: float, norm_type: float):
     return [g * coef.to(g.dtype) for g in grads]
 
 
-def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool) -> None:
+def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool,
+           tables: dict | None = None) -> None:
+    tables = tables or {}
     params = [p for p in group["params"] if p in job.grads]
+    hyper = dict(group["hyper"])
+    embeddings = [p for p in params if p in tables]
+    if embeddings:
+        if group.get("clip_grad_max_norm") is not None:
+            raise NotImplementedError(
+                "nn.Graph optimizer pass: gradient clipping over a group with a one-embedding "
+                f"table ({', '.join(embeddings)}) is not offered; put the table in its own group")
+        for p in embeddings:  # its rows update in the store; the placeholder stays zero
+            _embedding_update(job, trace, kind, hyper, _feed(job, trace, group["lr"]), p,
+                              tables)
+        params = [p for p in params if p not in tables]
     if not params:
         return
-    hyper = dict(group["hyper"])
     grads = [trace.lazy(job.grads[p]) for p in params]
     if group.get("clip_grad_max_norm") is not None:
         grads = _clip(grads, group["clip_grad_max_norm"], group.get("clip_grad_norm_type", 2.0))
@@ -87,7 +140,9 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool) -> None:
         shared = [lr]
         op_name = "adam_update"
     else:
-        raise NotImplementedError(f"nn.Graph optimizer pass: no update op for {kind!r}")
+        raise NotImplementedError(
+            f"nn.Graph optimizer pass: no dense update op for {kind!r} (parameters "
+            f"{', '.join(params)}); in a graph it updates one-embedding tables only")
     blocks = []
     for p, g in zip(params, grads):
         states = [_variable(job, trace, group["states"][p][s]) for s in names]
