@@ -119,7 +119,10 @@ class OpNode(Node):
         self.device = device
         self.opdef = opdef
         self.attrs = attrs
-        self._name = name = _camel(opdef.name) + "Backward0"
+        name = _NODE_NAMES.get(opdef.name)
+        if name is None:
+            name = _NODE_NAMES[opdef.name] = _camel(opdef.name) + "Backward0"
+        self._name = name
         # Only what the grad rule reads (OpDef.saves) stays alive; the rest is None, so a
         # chain like `h = h + 1` keeps no intermediate storage (as torch's AddBackward).
         self.needs_input_grad = needs = tuple(e is not None for e in next_functions)
@@ -234,6 +237,9 @@ def _check_declared(node: OpNode, kind: str, i: int, n: int) -> None:
             f"internal error: grad rule of {opdef.name!r} read {kind} {i}, which its OpDef "
             f"saves only for the gradients of inputs {users} (saves={opdef.saves!r}); this "
             f"call needs {node.needs_input_grad}")
+
+
+_NODE_NAMES: dict = {}  # op name -> its nodes' name (AddBackward0), computed once
 
 
 def _camel(name: str) -> str:

@@ -239,6 +239,29 @@ class Primitives:
     def where(self, cond, a, b):
         return _arr(np.where(cond, a, b))
 
+    # -- direct forms (the interpreter's call plans) --------------------------------------
+    def direct_elementwise(self, op: str):
+        """The array function that `unary(op, x)` / `binary(op, a, b)` apply to same-dtype
+        arrays whose result is non-empty of rank >= 1 and smaller than the caching
+        allocator's LARGE: fn(*arrays) returns exactly their result, without their dispatch.
+        None where the op needs more than one function call (integer division's zero check,
+        erf's buffers, non-ufunc compositions)."""
+        f = _BINARY.get(op) or _UNARY.get(op)
+        if type(f) is not np.ufunc or op in _INT_DIVIDING:
+            return None
+        return f
+
+    def direct_reduce(self, op: str, axes: tuple[int, ...], keepdims: bool):
+        """fn(x) computing `reduce(op, x, axes, keepdims)` for an x of rank >= 1, or None."""
+        if op != "sum":
+            return None
+        reduce = np.add.reduce
+
+        def fn(x):
+            return _arr(reduce(x, axis=axes, keepdims=keepdims))
+
+        return fn
+
     # -- reductions ---------------------------------------------------------------------
     def reduce(self, op: str, x, axes: tuple[int, ...], keepdims: bool = False):
         if op in ("argmax", "argmin"):

@@ -16,16 +16,21 @@ from threading import get_ident
 
 import numpy as np
 
+from .._core import dtype as _dtypes
+from .._core.dtype import DType
 from .._core.errors import op_error
 from ..autograd.function import set_tensor_type as _set_function_tensor_type
+from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import is_grad_enabled, no_grad
 from ..autograd.node import Node, OpNode
 from ..device import Device
+from ..device.allocator import LARGE
 from ..ops import registry
 from ..ops.registry import KernelContext
-from ..vm import Blob, InstructionsBuilder
+from ..vm import Blob, InstructionsBuilder, Mode
+from ..vm import machine as _machine
 from .generator import default_generator
-from .tensor import Tensor
+from .tensor import Tensor, _contiguous_strides
 
 _CPU = Device("cpu")
 
@@ -53,8 +58,12 @@ def _check_tensors(opdef, tensors):
 def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     """Run one op eagerly on local tensors.  Returns a Tensor or a tuple of them.
 
-    This is the hot path of eager mode: meta inference on the Python thread, one instruction
-    to the VM, an autograd node when needed.  Keep it lean.
+    This is the hot path of eager mode.  A call whose (op, input metas, attrs, device) was
+    seen before reuses its `_Plan` (no attr binding, meta inference or context building) and,
+    when the op is small and its stream idle, runs the kernel right here without building an
+    instruction (`_run_plan`).  Anything unusual (global tensors, an explicit device, random or
+    variadic ops, an unhashable attr) takes the general path below, which also raises every
+    error about bad input.
     """
     if _op_hook is not None and not _profiled:
         # sbpflow.profiler is recording: it times this call, re-entering with _profiled=True
@@ -62,6 +71,34 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     if _apply_lazy is not None and get_ident() == _lazy_thread:
         # inside nn.Graph.build() on the tracing thread: record into the Job instead
         return _apply_lazy(opdef, inputs, attrs, device, generator)
+    if device is None and opdef.plannable:
+        try:
+            t0 = inputs[0]
+            dev = t0._device
+            if len(inputs) == 1:
+                key = (t0._meta, t0._strides) if opdef.view else t0._meta
+                ok = t0._gl is None
+            else:
+                key = tuple([t._meta for t in inputs])
+                ok = True
+                for t in inputs:
+                    if t._gl is not None or t._device is not dev:
+                        ok = False
+            if ok:
+                key = (key, id(dev), _dtypes._default_float)
+                if attrs:
+                    key = (key, tuple(attrs.items()), tuple(map(type, attrs.values())))
+                plan = opdef.plans.get(key)
+                if plan is None:
+                    plan = _new_plan(opdef, inputs, attrs, dev, key)
+                if plan is not None:
+                    return _run_plan(plan, inputs)
+        except (AttributeError, TypeError, IndexError):
+            pass  # not all tensors, or an unhashable attr: the general path explains
+    return _apply_general(opdef, inputs, attrs, device, generator)
+
+
+def _apply_general(opdef, inputs, attrs, device, generator):
     attrs = opdef.bind_attrs(attrs)
     tensors = list(inputs[0]) if opdef.variadic else inputs
     if len(inputs) != len(opdef.inputs):
@@ -99,21 +136,7 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
         gen = default_generator if generator is None else generator
         words = dev.prims.words_used("normal", sum(m.numel for m in out_metas))
         ctx.seed, ctx.offset = gen.take(words)
-    if opdef.view:
-        src = tensors[0]
-        blob = Blob()
-        strides, offset = _view_layout(opdef, src, out_metas[0], attrs)
-        outs = [Tensor._make(blob, out_metas[0], dev, src._storage, strides, offset)]
-        _link_view(outs[0], src, opdef, attrs)
-        out_blobs, out_storages = (blob,), ()
-    else:
-        out_blobs = [Blob() for _ in out_metas]
-        outs = [Tensor._make(b, m, dev) for b, m in zip(out_blobs, out_metas)]
-        out_storages = [o._storage for o in outs]
-    _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in tensors],
-                     [t._storage for t in tensors], out_blobs, out_storages,
-                     variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
-
+    outs = _issue(opdef, tensors, attrs, ctx, dev, _pooled(out_metas, dev))
     if opdef.grad is not None and is_grad_enabled():
         for t in tensors:
             # The property for views: a view of a base that gained history refreshes.
@@ -123,23 +146,200 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def _issue(opdef, tensors, attrs, ctx, dev, prims):
+    """Make the output tensors and hand the op to the VM as one instruction; `prims`: per
+    output, the primitives whose allocator may own its memory (None: too small to recycle,
+    so its storage needs no release instruction when it dies)."""
+    out_metas = ctx.out_metas
+    if opdef.view:
+        src = tensors[0]
+        blob = Blob()
+        strides, offset = _view_layout(opdef, src, out_metas[0], attrs)
+        outs = [Tensor._make(blob, out_metas[0], dev, src._storage, strides, offset)]
+        _link_view(outs[0], src, opdef, attrs)
+        out_blobs, out_storages = (blob,), ()
+    else:
+        out_blobs = [Blob() for _ in out_metas]
+        outs = [Tensor._output(b, m, dev, None, p)
+                for b, m, p in zip(out_blobs, out_metas, prims)]
+        out_storages = [o._storage for o in outs]
+    _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in tensors],
+                     [t._storage for t in tensors], out_blobs, out_storages,
+                     variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
+    return outs
+
+
+def _pooled(out_metas, dev):
+    """Per output: dev's primitives if its buffer is large enough for the caching allocator to
+    recycle (its storage then gets a release instruction when it dies), else None."""
+    prims = dev.prims
+    return tuple(prims if m.numel * m.dtype.np.itemsize >= _POOLED_BYTES else None
+                 for m in out_metas)
+
+
+# -- call plans ----------------------------------------------------------------------------
+_POOLED_BYTES = LARGE
+_PLAN_LIMIT = 4096  # plans per op; beyond it calls still run, unplanned
+_PLAIN_ATTR_TYPES = frozenset({int, float, bool, str, type(None), DType})
+
+
+def _plain(v) -> bool:
+    """An attr value whose equality fixes its binding (not a tensor or mutable object)."""
+    if type(v) is tuple:
+        return all(_plain(x) for x in v)
+    return type(v) in _PLAIN_ATTR_TYPES
+
+
+class _Plan:
+    """One op call as computed once for its (input metas, attrs, device, default dtype):
+    bound attrs, output metas and strides, the kernel context, whether outputs are recycled
+    through the allocator, the view layout, and whether the op can record autograd."""
+
+    __slots__ = ("opdef", "name", "kernel", "attrs", "ctx", "in_metas", "out_metas",
+                 "out_strides", "prims", "numel", "dev", "stream", "view", "view_layout",
+                 "grad", "single", "fix", "direct")
+
+    def __init__(self, opdef, attrs, in_metas, out_metas, dev, view_layout):
+        self.opdef = opdef
+        self.name = opdef.name
+        self.kernel = opdef.kernel
+        self.attrs = attrs
+        self.ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
+        self.in_metas = in_metas
+        self.out_metas = out_metas
+        self.out_strides = tuple(_contiguous_strides(m.shape) for m in out_metas)
+        self.prims = _pooled(out_metas, dev)
+        self.view = opdef.view
+        self.view_layout = view_layout  # (strides, offset from the source's offset)
+        # A view allocates nothing: it counts as 0 elements (as the builder counts it).
+        self.numel = 0 if opdef.view else sum(m.numel for m in out_metas)
+        self.dev = dev
+        self.stream = dev.type
+        self.grad = opdef.grad is not None
+        self.single = len(out_metas) == 1
+        self.fix = dev.prims.ensure_contiguous
+        # The op's specialised function for this plan (OpDef.specialize), for outputs small
+        # enough not to come from the caching allocator; None: the kernel runs.
+        self.direct = None
+        if opdef.specialize is not None and not any(self.prims):
+            self.direct = opdef.specialize(self.ctx, attrs)
+
+
+def _new_plan(opdef, tensors, attrs, dev, key):
+    """The plan of a call not seen before (cached when its attrs are plain values), or None
+    where the general path must run it.  Bad attrs and impossible shapes raise here, exactly
+    as the general path raises them; nothing is cached then."""
+    if len(tensors) != len(opdef.inputs):
+        return None
+    bound = opdef.bind_attrs(attrs)
+    in_metas = tuple([t._meta for t in tensors])
+    out_metas = opdef.meta(in_metas, bound)
+    layout = None
+    if opdef.view:
+        src = tensors[0]
+        if out_metas[0].dtype != src._meta.dtype:
+            return None  # view(dtype): the layout depends on the source's offset
+        strides, offset = _view_layout(opdef, src, out_metas[0], bound)
+        layout = (strides, offset - src._offset)
+    plan = _Plan(opdef, bound, in_metas, out_metas, dev, layout)
+    if len(opdef.plans) < _PLAN_LIMIT and all(_plain(v) for v in attrs.values()):
+        opdef.plans[key] = plan
+    return plan
+
+
+def _run_plan(plan, tensors):
+    """Run a planned call: inline when the op is small and its stream idle (no instruction
+    object), else as one instruction handed to the VM.  Then record autograd."""
+    outs = None
+    vm = _machine._vm
+    if vm is not None and _machine._tracer is None:
+        stream = vm.streams.get(plan.stream)
+        if stream is not None and (plan.numel < vm.inline_max or vm.mode is Mode.SYNC):
+            outs = _run_inline(plan, tensors, vm, stream)
+    if outs is None:
+        outs = _issue(plan.opdef, tensors, plan.attrs, plan.ctx, plan.dev, plan.prims)
+    if plan.grad and _grad_state.enabled:
+        for t in tensors:
+            # The property for views: a view of a base that gained history refreshes.
+            if t._requires_grad or (t._base is not None and t.requires_grad):
+                _record(plan.opdef, plan.attrs, tensors, outs, plan.in_metas, plan.out_metas,
+                        plan.dev)
+                break
+    return outs[0] if plan.single else tuple(outs)
+
+
+def _run_inline(plan, tensors, vm, stream):
+    """The kernel run on this thread, in order on an idle stream, with the bookkeeping an
+    instruction would get (a sequence number, the outputs' storage writes, errors raised as
+    the VM raises an inline failure).  None, with nothing done, if an input is still being
+    produced or written on another stream: the instruction path then orders it."""
+    with vm._issue_lock:
+        if len(vm._releases) >= vm.RELEASE_BATCH:
+            vm._flush_releases_locked()
+        seq = stream.issued + 1
+        if stream.completed != seq - 1:
+            return None
+        arrays = []
+        for t in tensors:
+            b = t._blob
+            a = b.array
+            if a is None or b.error is not None:
+                return None
+            lw = t._storage.last_write
+            if lw is not None and lw[0] is not stream and lw[0].completed < lw[1]:
+                return None
+            arrays.append(a)
+        stream.issued = seq
+        try:
+            if plan.direct is not None:
+                res = plan.direct(*arrays)
+            else:
+                res = plan.kernel(plan.ctx, *arrays, **plan.attrs)
+        except BaseException as e:  # noqa: BLE001 - raised as the VM raises inline failures
+            stream.completed = seq
+            vm.fail_inline(plan.name, e)
+        stream.completed = seq
+    dev = plan.dev
+    if plan.view:
+        src = tensors[0]
+        strides, delta = plan.view_layout
+        out = Tensor._make(Blob(res), plan.out_metas[0], dev, src._storage, strides,
+                           src._offset + delta)
+        _link_view(out, src, plan.opdef, plan.attrs)
+        return (out,)
+    fix = plan.fix
+    if plan.single:
+        prims = plan.prims[0]
+        out = Tensor._output(Blob(fix(res)), plan.out_metas[0], dev, plan.out_strides[0], prims)
+        if prims is not None:  # recycled when it dies: its release must follow this write
+            out._storage.last_write = (stream, seq)
+        return (out,)
+    outs = []
+    for arr, meta, strides, prims in zip(res, plan.out_metas, plan.out_strides, plan.prims):
+        out = Tensor._output(Blob(fix(arr)), meta, dev, strides, prims)
+        if prims is not None:
+            out._storage.last_write = (stream, seq)
+        outs.append(out)
+    return outs
+
+
+def _make_saved_output(ref, meta, node, i):
+    """A saved output rebuilt as a tensor whose grad_fn is `node` (see OpNode)."""
+    blob, storage, strides, offset, gl = ref
+    dev = node.device if gl is None else gl.placement.device
+    t = Tensor._make(blob, meta, dev, storage, strides, offset)
+    t._gl = gl
+    if meta.dtype.is_floating_point:
+        t._set_grad_fn(node, i)
+    return t
+
+
 def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev, saved=None):
     """Record the autograd node of one op call.  `saved`: the tensors the grad rule sees
     (for a global op, the inputs after boxing); `dev`: where zero gradients are made."""
     next_functions = [_edge(t) if t.requires_grad else None for t in tensors]
-
-    def make_output(ref, meta, node, i, _dev=dev):
-        blob, storage, strides, offset, gl = ref
-        if gl is not None:
-            _dev = gl.placement.device
-        t = Tensor._make(blob, meta, _dev, storage, strides, offset)
-        t._gl = gl
-        if meta.dtype.is_floating_point:
-            t._set_grad_fn(node, i)
-        return t
-
     node = OpNode(opdef, attrs, tensors if saved is None else saved, outs, in_metas, out_metas,
-                  next_functions, make_output, dev)
+                  next_functions, _make_saved_output, dev)
     for i, o in enumerate(outs):
         if o._meta.dtype.is_floating_point:
             o._set_grad_fn(node, i)

@@ -19,7 +19,7 @@ from .._core import dtype as dt
 from .._core.meta import TensorMeta
 from ..autograd.node import AccumulateGrad
 from ..device import Device
-from ..vm import Blob, Storage, get_vm
+from ..vm import Blob, PooledStorage, Storage, get_vm
 
 
 class Size(tuple):
@@ -159,9 +159,20 @@ class Tensor:
             if strides is None and isinstance(host, np.ndarray) and host.itemsize:
                 strides = tuple(st // host.itemsize for st in host.strides)
         if storage is None:
-            storage = Storage(device.prims)
+            storage = PooledStorage(device.prims)
             storage.root = blob
         Tensor._init_from(t, blob, storage, meta, device, strides, offset)
+        return t
+
+    @classmethod
+    def _output(cls, blob: Blob, meta: TensorMeta, device: Device, strides, prims):
+        """A new op output over `blob` with a storage of its own (the interpreter's hot path:
+        no checks).  `strides`: contiguous ones, or None to compute them; `prims`: see
+        Storage.prims."""
+        t = object.__new__(cls)
+        storage = Storage() if prims is None else PooledStorage(prims)
+        storage.root = blob
+        Tensor._init_from(t, blob, storage, meta, device, strides)
         return t
 
     def _data_ref(self):

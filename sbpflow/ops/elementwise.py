@@ -289,6 +289,19 @@ def _binary_kernel(name):
     return kernel
 
 
+def _direct_binary(name):
+    """specialize: the primitive's own function when no operand needs a cast (not for pow,
+    whose kernel handles integer powers itself)."""
+    def specialize(ctx, attrs):
+        out = ctx.out_metas[0]
+        if (not out.shape or ctx.in_metas[0].dtype is not out.dtype
+                or ctx.in_metas[1].dtype is not out.dtype):
+            return None
+        return ctx.prims.direct_elementwise(name)
+
+    return specialize
+
+
 def _div_kernel(ctx, a, b, rounding_mode=None):
     out = ctx.out_metas[0].dtype
     a = cast_array(ctx, a, ctx.in_metas[0].dtype, out)
@@ -510,6 +523,7 @@ def _register_binary(name, *, grad=None, saves=None, partial=(), samples=_binary
         inputs=("input", "other"),
         infer_meta=meta,
         kernel=_binary_kernel(name),
+        specialize=None if name == "pow" else _direct_binary(name),
         grad=grad,
         saves=saves,
         sbp=lambda a, b: elementwise_signatures([a.shape, b.shape], meta(a, b).shape,
@@ -632,6 +646,23 @@ def _scalar_kernel(name):
     return kernel
 
 
+def _direct_scalar(name):
+    """specialize: x (op) s with the 0-d constant s made once per plan, when x needs no cast."""
+    def specialize(ctx, attrs):
+        out = ctx.out_metas[0]
+        if not out.shape or ctx.in_metas[0].dtype is not out.dtype:
+            return None
+        f = ctx.prims.direct_elementwise(name)
+        if f is None:
+            return None
+        s = _scalar_array(ctx, attrs["other"], out.dtype)
+        if attrs["reverse"]:
+            return lambda x: f(s, x)
+        return lambda x: f(x, s)
+
+    return specialize
+
+
 def _scalar_compare_kernel(name):
     def kernel(ctx, x, other, reverse=False):
         m = ctx.in_metas[0]
@@ -721,6 +752,7 @@ def _register_scalar(name, *, grad=None, saves=None, partial=(), reference,
         attrs=_SCALAR_ATTRS,
         infer_meta=meta,
         kernel=_scalar_kernel(name),
+        specialize=None if name == "pow" else _direct_scalar(name),
         grad=grad,
         saves=saves,
         sbp=lambda x, other, reverse: elementwise_signatures([x.shape], x.shape,
@@ -896,6 +928,17 @@ def _float_unary_kernel(name):
     return kernel
 
 
+def _direct_unary(name):
+    """specialize: the primitive's function when the input needs no cast."""
+    def specialize(ctx, attrs):
+        out = ctx.out_metas[0]
+        if not out.shape or ctx.in_metas[0].dtype is not out.dtype:
+            return None
+        return ctx.prims.direct_elementwise(name)
+
+    return specialize
+
+
 def _float_meta(x):
     return TensorMeta(x.shape, float_result(x))
 
@@ -1007,6 +1050,7 @@ for _name, (_grad, _dom, _int_range) in _FLOAT_UNARY.items():
         inputs=("input",),
         infer_meta=_float_meta,
         kernel=_float_unary_kernel(_name),
+        specialize=_direct_unary(_name),
         grad=_grad,
         saves=_grad.saves,
         sbp=lambda x: elementwise_signatures([x.shape], x.shape),  # not linear: no P rule

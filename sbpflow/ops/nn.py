@@ -143,13 +143,15 @@ def _activation_samples(kinks=(), scale=2.0, extra=()):
 
 
 def _register_activation(name, forward, grad, attrs=None, kinks=(), reference=None,
-                         scale=2.0, meta=None, extra_samples=(), saves=("input",)):
+                         scale=2.0, meta=None, extra_samples=(), saves=("input",),
+                         specialize=None):
     register(OpDef(
         name,
         inputs=("input",),
         attrs=attrs or {},
         infer_meta=meta or _float_meta(name),
         kernel=_activation_kernel(forward),
+        specialize=specialize,
         grad=grad,
         saves=saves,
         # Pointwise and nonlinear: any split or B passes through, never P.
@@ -171,9 +173,19 @@ def _relu_grad(ctx, g):
     return (g * (ctx.output(0) > 0),)
 
 
+def _relu_direct(ctx, attrs):
+    """specialize: maximum(x, 0) with the 0-d zero made once, where x is in its compute dtype."""
+    out = ctx.out_metas[0]
+    if not out.shape or _compute_dtype(out.dtype) is not out.dtype:
+        return None
+    maximum = ctx.prims.direct_elementwise("maximum")
+    zero = ctx.prims.full((), out.dtype, 0)
+    return lambda x: maximum(x, zero)
+
+
 _register_activation(
     "relu", lambda k, x: k.bin("maximum", x, 0), _relu_grad, kinks=(0,), meta=_relu_meta,
-    saves=("out",),
+    saves=("out",), specialize=_relu_direct,
     extra_samples=(Sample(np.array([[-3, 0, 2], [5, -1, 7]], np.int64), grad=False),),
 )
 

@@ -246,6 +246,15 @@ def _sum_kernel(ctx, x, dim=None, keepdim=False, dtype=None):
     return _finish(ctx, ctx.prims.reduce("sum", x, dims, keepdim))
 
 
+def _sum_direct(ctx, attrs):
+    """specialize: one reduction call where x needs no cast and is not 0-d."""
+    x, out = ctx.in_metas[0], ctx.out_metas[0]
+    if not x.ndim or x.dtype is not out.dtype or _acc(out.dtype) is not out.dtype:
+        return None
+    return ctx.prims.direct_reduce("sum", _reduce_dims("sum", attrs["dim"], x.ndim),
+                                   attrs["keepdim"])
+
+
 def _broadcast_back_grad(ctx, g):
     """Gradient of sum: the reduced gradient broadcast back over the reduced axes."""
     x = ctx.in_metas[0]
@@ -270,6 +279,7 @@ register(OpDef(
     attrs=_SUM_ATTRS,
     infer_meta=_sum_meta,
     kernel=_sum_kernel,
+    specialize=_sum_direct,
     saves=(),
     grad=_broadcast_back_grad,
     sbp=_sum_sbp,

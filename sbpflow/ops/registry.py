@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core.dtype import DType, as_dtype, bool_
+from .._core.dtype import DType, as_dtype, bool_, get_default_dtype
 from .._core.errors import op_error
 from .._core.meta import TensorMeta
 from ..sbp import P
@@ -190,11 +190,21 @@ class OpDef:
     # declared (every op with a grad must declare; the registry test checks).
     saves: tuple[str, ...] | None = None
     doc: str = ""
+    # Optional: specialize(ctx, attrs) -> fn(*arrays) or None.  Given one call plan's context
+    # (metas, primitives) and bound attrs, a function that returns exactly what
+    # kernel(ctx, *arrays, **attrs) returns, with the per-call dispatch (dtype checks,
+    # constants, primitive lookup) done once.  Used for small outputs run inline; a test runs
+    # every op's samples through both and compares bit for bit.
+    specialize: Callable[..., Any] | None = None
 
     def __post_init__(self):
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")
         self._meta_cache: dict = {}
         self._saved_for_cache: dict = {}
+        # Call plans of the eager interpreter, by (default dtype, device, input metas, attrs):
+        # see framework/interpreter.py.  Random ops draw per call and get none.
+        self.plans: dict = {}
+        self.plannable = not (self.variadic or self.random)
         in_names = tuple(n.lstrip("*") for n in self.inputs)
         if self.saves is None:
             self._saved_in, self._saved_out = None, None
@@ -312,7 +322,8 @@ class OpDef:
         try:
             values = tuple(attrs.values())
             # 1, 1.0 and True are equal dict keys but promote differently: key on types too.
-            key = (in_metas, values, tuple(map(type, values)))
+            # An integer input of a floating op takes the default dtype: key on it as well.
+            key = (in_metas, values, tuple(map(type, values)), get_default_dtype())
             hit = self._meta_cache.get(key)
         except TypeError:  # an unhashable attr value
             key, hit = None, None

@@ -6,7 +6,7 @@ import contextlib
 from .builder import InstructionsBuilder
 from .instruction import Call, Instruction, OpCall
 from .machine import DEFAULT_INLINE_MAX, KernelError, Mode, VirtualMachine, get_vm
-from .storage import Blob, Storage
+from .storage import Blob, PooledStorage, Storage
 
 
 def synchronize() -> None:
@@ -53,6 +53,6 @@ def handoffs() -> int:
 
 __all__ = [
     "DEFAULT_INLINE_MAX", "Blob", "Call", "Instruction", "InstructionsBuilder", "KernelError",
-    "Mode", "OpCall", "Storage", "VirtualMachine", "get_inline_max", "get_mode", "get_vm",
-    "handoffs", "inline_max", "set_inline_max", "set_mode", "synchronize",
+    "Mode", "OpCall", "PooledStorage", "Storage", "VirtualMachine", "get_inline_max",
+    "get_mode", "get_vm", "handoffs", "inline_max", "set_inline_max", "set_mode", "synchronize",
 ]

@@ -80,12 +80,13 @@ def _user_site():
     return "<unknown>", 0
 
 
-def _wrap_error(instr: Instruction, err: BaseException) -> BaseException:
-    site = instr.site
-    if site is None:  # SYNC mode: the traceback already shows the user's line
-        msg = f"{instr.name}: {err}"
+def _wrap_error(name: str, site, err: BaseException) -> BaseException:
+    """err as raised to the user: its message prefixed with the op's name (and the user's line
+    that issued it, for work that failed on a worker)."""
+    if site is None:  # run inline: the traceback already shows the user's line
+        msg = f"{name}: {err}"
     else:
-        msg = f"{instr.name}: {err} (issued at {site[0]}:{site[1]})"
+        msg = f"{name}: {err} (issued at {site[0]}:{site[1]})"
     cls = type(err)
     try:
         wrapped = type(cls.__name__, (cls, KernelError), {"__module__": cls.__module__})(msg)
@@ -225,11 +226,19 @@ class VirtualMachine:
             for b in instr.outputs():
                 b.error = p.cause
         except BaseException as e:  # noqa: BLE001 - every failure must reach the user
-            err = _wrap_error(instr, e)
+            err = _wrap_error(instr.name, instr.site, e)
             for b in instr.outputs():
                 b.error = err
             # Inline (and SYNC) runs happen on the issuing thread itself.
             self._errors.append((instr.owner or get_ident(), err))
+
+    def fail_inline(self, name: str, err: BaseException):
+        """A kernel run inline without an instruction (the interpreter's planned calls) raised
+        err: raise it as a failed inline instruction raises (after any older error of this
+        thread's work)."""
+        self._errors.append((get_ident(), _wrap_error(name, None, err)))
+        self.raise_pending()
+        raise AssertionError("unreachable: the error just queued is this thread's")
 
     # -- sync points ------------------------------------------------------------------------------
     def raise_pending(self) -> None:

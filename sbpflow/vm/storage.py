@@ -25,10 +25,19 @@ class Storage:
 
     def __init__(self, prims=None):
         self.version = 0
-        self.prims = prims  # the device primitives whose allocator owns the memory
+        # The device primitives whose allocator may own the memory (see PooledStorage).
+        self.prims = prims
         self.last_write = None  # (stream, seq) of the last instruction that wrote here
         self.reads = None  # {stream: seq} of the latest reads since that write
         self.root = None  # the blob whose array owns the memory (for release)
+
+
+class PooledStorage(Storage):
+    """A storage whose buffer may come from the device's caching allocator: when it dies, a
+    release instruction hands the buffer back after its last use.  (A buffer too small to be
+    recycled gets a plain `Storage`, whose death costs nothing: no finalizer runs.)"""
+
+    __slots__ = ()
 
     def __del__(self):
         if self.last_write is not None or self.reads:

@@ -11,6 +11,8 @@ import builtins
 import math
 
 from ..._core import dtype as dt
+from ...ops.registry import get as get_op
+from ..interpreter import apply
 from ..tensor import Tensor
 from ._base import as_tensor_arg, call, inplace_method, is_scalar
 
@@ -646,13 +648,14 @@ def poisson(input, generator=None):
 
 # -- operators ------------------------------------------------------------------------------
 def _operator(name: str):
-    scalar_name = name + "_scalar"
+    """`t <op> other`: straight to the interpreter (the hot path of eager arithmetic)."""
+    opdef, scalar_opdef = get_op(name), get_op(name + "_scalar")
 
     def method(self, other):
         if isinstance(other, Tensor):
-            return call(name, self, other)
+            return apply(opdef, (self, other), {})
         if _is_number(other):
-            return call(scalar_name, self, other=other)
+            return apply(scalar_opdef, (self,), {"other": other})
         return NotImplemented
 
     method.__name__ = name
@@ -660,13 +663,13 @@ def _operator(name: str):
 
 
 def _reflected_operator(name: str):
-    scalar_name = name + "_scalar"
+    opdef, scalar_opdef = get_op(name), get_op(name + "_scalar")
 
     def method(self, other):
         if _is_number(other):
-            return call(scalar_name, self, other=other, reverse=True)
+            return apply(scalar_opdef, (self,), {"other": other, "reverse": True})
         if isinstance(other, Tensor):
-            return call(name, other, self)
+            return apply(opdef, (other, self), {})
         return NotImplemented
 
     method.__name__ = name

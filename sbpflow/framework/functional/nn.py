@@ -15,6 +15,7 @@ import numpy as np
 
 from ..._core import dtype as dt
 from ...autograd.grad_mode import no_grad
+from ...ops import registry
 from .. import interpreter
 from ..tensor import Tensor
 from . import creation
@@ -79,6 +80,7 @@ def _op_fn(name: str, **fixed):
 
 
 _relu = _op_fn("relu")
+_RELU = registry.get("relu")
 _leaky_relu = _op_fn("leaky_relu")
 _elu = _op_fn("elu")
 _hardtanh = _op_fn("hardtanh")
@@ -92,7 +94,13 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    if not inplace:
+        return interpreter.apply(_RELU, (input,), {})
     return _maybe_inplace("relu", _relu, input, inplace)
+
+
+def _relu_method(self):
+    return interpreter.apply(_RELU, (self,), {})
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
@@ -1123,7 +1131,7 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 
 
 METHODS = {
-    "relu": lambda self: relu(self),
+    "relu": _relu_method,
     "relu_": relu_,
     "softmax": lambda self, dim, dtype=None: call("softmax", self, dim=dim, dtype=dtype),
     "log_softmax": lambda self, dim, dtype=None: call("log_softmax", self, dim=dim,

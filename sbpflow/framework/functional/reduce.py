@@ -10,8 +10,12 @@ import builtins
 import math
 
 from ..._core import dtype as dt
+from ...ops.registry import get as _get_op
 from ...ops.registry import op as _op
+from ..interpreter import apply as _apply
 from ._base import call, inplace_method, is_tensor
+
+_SUM, _MEAN = _get_op("sum"), _get_op("mean")
 
 
 class _ValuesIndices(tuple):
@@ -46,11 +50,15 @@ _median_result = _return_type("median")
 
 
 def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 - torch's name
-    return call("sum", input, dim=dim, keepdim=keepdim, dtype=dtype)
+    if dim is None and keepdim is False and dtype is None:
+        return _apply(_SUM, (input,), {})  # the common call: its plan key is the shortest
+    return _apply(_SUM, (input,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):
-    return call("mean", input, dim=dim, keepdim=keepdim, dtype=dtype)
+    if dim is None and keepdim is False and dtype is None:
+        return _apply(_MEAN, (input,), {})
+    return _apply(_MEAN, (input,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None):
