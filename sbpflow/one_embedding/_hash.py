@@ -160,15 +160,19 @@ def dedup(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return uniq[:n], first[:n], inverse
 
 
+MAX_SLOTS = 2**31 - 1  # slots are stored as int32: 12 bytes a bucket, not 16
+
+
 class KeyIndex:
-    """key (int64 >= 0) -> slot (int64), open addressing, load factor kept at most 1/2."""
+    """key (int64 >= 0) -> slot, open addressing, load factor kept at most 1/2. Slots are
+    kept as int32 (a rank's shard holds at most 2^31 - 1 keys) and returned as int64."""
 
     def __init__(self, capacity_hint: int = 0):
         cap = 1024
         while cap < 2 * capacity_hint:
             cap *= 2
         self._keys = np.full(cap, EMPTY, np.int64)
-        self._slots = np.full(cap, EMPTY, np.int64)
+        self._slots = np.full(cap, EMPTY, np.int32)
         self.size = 0
 
     @property
@@ -177,6 +181,9 @@ class KeyIndex:
 
     def _grow_for(self, extra: int) -> None:
         need = self.size + extra
+        if need > MAX_SLOTS:
+            raise RuntimeError(f"one_embedding: a rank's store holds at most {MAX_SLOTS} keys; "
+                               f"this batch would make it {need} (use more ranks)")
         cap = len(self._keys)
         if 2 * need <= cap:
             return
@@ -185,8 +192,8 @@ class KeyIndex:
         old_keys, old_slots = self._keys, self._slots
         used = old_keys != EMPTY
         self._keys = np.full(cap, EMPTY, np.int64)
-        self._slots = np.full(cap, EMPTY, np.int64)
-        keys, slots = old_keys[used], old_slots[used]
+        self._slots = np.full(cap, EMPTY, np.int32)
+        keys, slots = old_keys[used], old_slots[used].astype(np.int64)
         order = np.argsort(slots, kind="stable")
         out = np.empty(len(keys), np.int64)
         _insert(self._keys, self._slots, keys[order], out, 0)

@@ -29,6 +29,7 @@ with an error that says so.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import zlib
 
@@ -85,12 +86,18 @@ class EmbeddingStore:
     # -- state ----------------------------------------------------------------------------
     def _reset(self, capacity_hint: int = 0) -> None:
         self.index = KeyIndex(capacity_hint)
-        self.key_of_slot = np.empty(0, np.int64)
-        self.line_of_slot = np.empty(0, np.int64)  # -1: the row is in the file
+        # Sized for the capacity hint up front: growing by doubling would copy (and for a
+        # moment hold twice) arrays of 10^8 entries. key_of_slot's pages are touched only
+        # as keys arrive.
+        self.key_of_slot = np.empty(int(capacity_hint), np.int64)
+        # -1: the row is in the file; int32, as cache lines number far below 2^31
+        self.line_of_slot = np.full(int(capacity_hint), -1, np.int32)
         self.file_rows = 0  # rows the value file has room for
         with open(self._values_path, "wb"):
             pass  # a new store starts empty; state comes back only from a snapshot
         self._mm = None
+        self._rows2d = None  # the file as (rows, storage_dim) when rows fill whole blocks
+        self._mapped_bytes = 0  # file bytes touched through the map since the last release
         n = min(self.cache_lines, 1024)
         self._cache = np.zeros((n, self.storage_dim), np.float32)
         self._line_slot = np.full(n, -1, np.int64)
@@ -125,22 +132,47 @@ class EmbeddingStore:
         nbytes = groups * self.block_span * self.block_floats * 4
         self._close_file()
         with open(self._values_path, "r+b") as f:
-            f.truncate(nbytes)
+            f.truncate(nbytes)  # sparse: blocks take disk space when first written
         self._mm = np.memmap(self._values_path, np.float32, "r+", shape=(nbytes // 4,))
         self.file_rows = groups * self.rows_per_block
+        if self.rows_per_block * self.storage_dim == self.block_floats:
+            # Rows fill whole blocks: the file is a plain (rows, storage_dim) array, read and
+            # written by row index instead of per-float offsets (an index array 8 times
+            # the size of the data).
+            self._rows2d = self._mm.reshape(self.file_rows, self.storage_dim)
 
     def _close_file(self) -> None:
         if self._mm is not None:
             self._mm.flush()
             self._mm = None
+            self._rows2d = None
+
+    def _touched(self, nbytes: int) -> None:
+        """Hand the map's resident pages back after every cache's worth of file traffic.
+        Pages of a shared file map count in the process's RSS; after MADV_DONTNEED the
+        kernel keeps them (dirty ones too) in its page cache, written back as usual, and a
+        later access maps them again. So the store's RAM stays its cache, not the file."""
+        self._mapped_bytes += nbytes
+        if self._mapped_bytes > max(self.cache_lines * 4 * self.storage_dim, 1 << 26):
+            self._mapped_bytes = 0
+            mm = getattr(self._mm, "_mmap", None)
+            if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+                mm.madvise(mmap.MADV_DONTNEED)
 
     def _read_file(self, slots: np.ndarray) -> np.ndarray:
+        self._touched(4 * self.storage_dim * len(slots))
+        if self._rows2d is not None:
+            return self._rows2d[slots]
         return self._mm[self._offsets(slots)]
 
     def _write_file(self, slots: np.ndarray, rows: np.ndarray) -> None:
         if len(slots):
             self._ensure_file(int(slots.max()) + 1)
-            self._mm[self._offsets(slots)] = rows
+            self._touched(4 * self.storage_dim * len(slots))
+            if self._rows2d is not None:
+                self._rows2d[slots] = rows
+            else:
+                self._mm[self._offsets(slots)] = rows
 
     # -- the cache ------------------------------------------------------------------------
     def _grow_cache(self, need: int) -> None:
@@ -373,7 +405,7 @@ class EmbeddingStore:
                 self._reset()
                 raise corrupt("repeated keys")
             self.key_of_slot = keys
-            self.line_of_slot = np.full(n, -1, np.int64)
+            self.line_of_slot = np.full(n, -1, np.int32)
             for start in range(0, n, _CHUNK_ROWS):
                 m = min(n, start + _CHUNK_ROWS) - start
                 rows = np.frombuffer(f.read(4 * m * dim), np.float32).reshape(m, dim)
