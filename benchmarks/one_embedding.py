@@ -2,6 +2,8 @@
 
 Run: python benchmarks/one_embedding.py [--keys 1000000] [--dim 16] [--batch 16384]
      python benchmarks/one_embedding.py --ranks 2      (2 ranks under the project's mpiexec)
+     python benchmarks/one_embedding.py --keys 1e8 --cache-mb 1024 --steps 300 [--graph]
+                                                       (a table bigger than RAM: see below)
 
 A step is: look up a batch of Zipf-distributed ids, backward of sum(rows * c), SGD step
 (lr 0.1). Rows per second = batch ids / step time. Measured, in one process:
@@ -16,6 +18,16 @@ A step is: look up a batch of Zipf-distributed ids, backward of sum(rows * c), S
 
 With --ranks N each rank runs the one-embedding step on its own batch (keys sharded over the
 ranks, ids and gradients exchanged by all-to-all) and the aggregate rate is printed.
+
+With --cache-mb M: the large-table run. All `--keys` keys (10^8: a 6.4 GB value file at dim
+16) are inserted first, in chunks, so the table really holds them (each row initialised and
+written back to the file as the LRU cache of M MB evicts it); then `--steps` training steps
+of Zipf ids spread over the whole key space (an id's rank r becomes key r * 7919 + 3, so
+hot keys are scattered over the file), through the eager step or, with --graph, through an
+nn.Graph whose Job holds the lookup, gradient shuffle and update ops. Printed: insert rate,
+ids/s of training, hit rate, evictions, write-backs, RAM per key of the index and slot maps
+and with the cache, and the process's peak RSS (VmHWM) and anonymous RSS. The value files
+are deleted at the end. `--path DIR` puts them on a chosen disk.
 """
 
 from __future__ import annotations
@@ -31,12 +43,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import after_import_pin, pin_threads, run_under_mpiexec  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--keys", type=int, default=10**6)
+parser.add_argument("--keys", type=lambda x: int(float(x)), default=10**6)
 parser.add_argument("--dim", type=int, default=16)
 parser.add_argument("--batch", type=int, default=16384)
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--ranks", type=int, default=1)
 parser.add_argument("--threads", type=int, default=1)
+parser.add_argument("--cache-mb", type=float, default=None,
+                    help="the large-table run with an LRU cache of this many MB")
+parser.add_argument("--zipf", type=float, default=1.2)
+parser.add_argument("--graph", action="store_true", help="large-table run: train in nn.Graph")
+parser.add_argument("--path", default=None, help="large-table run: where the value file goes")
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 if args.ranks > 1:
@@ -58,7 +75,7 @@ ROW_BYTES = 4 * D + 17  # a cached row: values (size_factor 1), slot, tick, dirt
 def batches(seed: int):
     rng = np.random.default_rng(seed)
     while True:
-        ids = (rng.zipf(1.2, B) - 1) % V
+        ids = (rng.zipf(args.zipf, B) - 1) % V
         yield ids.astype(np.int64), rng.standard_normal((B, D)).astype(np.float32)
 
 
@@ -170,4 +187,99 @@ def main():
             shutil.rmtree(root, ignore_errors=True)
 
 
-main()
+def memory() -> dict:
+    """The process's VmHWM (peak RSS), VmRSS, RssAnon and RssFile, in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def large_table():
+    """The large-table run (--cache-mb): insert every key, then train (module docstring)."""
+    root = tempfile.mkdtemp(prefix="sbpflow-bench-oe-big-", dir=args.path)
+    spread = np.int64(7919)
+    try:
+        store = oe.make_cached_ssd_store_options(args.cache_mb, root, capacity=V, size_factor=1)
+        emb = oe.MultiTableEmbedding("big", D, flow.float, flow.int64, None, store)
+        s = emb.store
+        print(f"{V:,} keys, dim {D}, SGD (size_factor 1), LRU cache {args.cache_mb:g} MB "
+              f"({s.cache_lines:,} rows), batch {B} Zipf({args.zipf}) ids, {threads} thread(s)")
+        chunk = min(1 << 20, s.cache_lines)
+        t0 = time.perf_counter()
+        for start in range(0, V, chunk):
+            keys = np.arange(start, min(V, start + chunk), dtype=np.int64) * spread + 3
+            s.lookup(keys, np.zeros(len(keys), np.int64))
+        s.flush()
+        dt = time.perf_counter() - t0
+        mem = memory()
+        index_b = s.index.nbytes + s.key_of_slot.nbytes + s.line_of_slot.nbytes
+        print(f"  inserted {s.num_keys:,} keys in {dt:.0f} s ({s.num_keys / dt:,.0f} keys/s); "
+              f"value file {gib(os.path.getsize(os.path.join(s.path, 'values')))}")
+        print(f"  RAM per key: index and slot maps {index_b / s.num_keys:.1f} B "
+              f"({gib(index_b)}), with the cache {s.ram_bytes() / s.num_keys:.1f} B "
+              f"({gib(s.ram_bytes())}); RSS now {gib(mem['VmRSS'])} "
+              f"(anonymous {gib(mem['RssAnon'])}, file pages {gib(mem['RssFile'])})")
+        opt = flow.optim.SGD(emb.parameters(), lr=0.1)
+        if args.graph:
+            class Train(flow.nn.Graph):
+                def __init__(self):
+                    super().__init__()
+                    self.emb = emb
+                    self.add_optimizer(opt)
+
+                def build(self, ids, c):
+                    loss = (self.emb(ids) * c).sum()
+                    loss.backward()
+                    return loss
+
+            graph = Train()
+
+            def step(ids, c):
+                graph(flow.tensor(ids), flow.tensor(c))
+        else:
+            def step(ids, c):
+                (emb(flow.tensor(ids)) * flow.tensor(c)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        h0, m0, e0, w0 = s.hits, s.misses, s.evictions, s.writebacks
+        gen = batches(1)
+        touched = set() if V <= 10**7 else None
+        t0 = time.perf_counter()
+        half = None
+        for k in range(args.steps):
+            ids, c = next(gen)
+            step(ids * spread + 3, c)
+            if k == args.steps // 2:
+                half = (s.hits, s.misses)
+            if touched is not None:
+                touched.update(ids.tolist())
+        flow.synchronize()
+        dt = time.perf_counter() - t0
+        hits, misses = s.hits - h0, s.misses - m0
+        late = (s.hits - half[0]) / max(1, s.hits - half[0] + s.misses - half[1])
+        mem = memory()
+        print(f"  training ({'nn.Graph' if args.graph else 'eager'}): {args.steps} steps, "
+              f"{B * args.steps / dt:,.0f} ids/s; hit rate {hits / max(1, hits + misses):.1%} "
+              f"(second half {late:.1%}); {s.evictions - e0:,} evictions, "
+              f"{s.writebacks - w0:,} write-backs")
+        print(f"  peak RSS (VmHWM) {gib(mem['VmHWM'])}; at the end RSS {gib(mem['VmRSS'])} "
+              f"(anonymous {gib(mem['RssAnon'])}, file pages {gib(mem['RssFile'])})")
+        s.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if args.cache_mb is not None:
+    import os  # noqa: E402
+
+    large_table()
+else:
+    main()

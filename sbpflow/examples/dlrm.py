@@ -1,7 +1,7 @@
 """A DLRM-style click-through model on a synthetic Criteo-shaped stream, with its 26 sparse
 features in one one-embedding table (OneFlow's `one_embedding.MultiTableEmbedding`).
 
-Run: python -m sbpflow.examples.dlrm [--steps N] [--vocab V] [--cache-mb M]
+Run: python -m sbpflow.examples.dlrm [--steps N] [--vocab V] [--cache-mb M] [--graph]
 
 No public CTR data set is reachable offline, so the stream is made here with a planted
 ground truth: 13 dense features ~ N(0, 1) and 26 categorical ones whose ids are Zipf
@@ -21,6 +21,10 @@ Several ranks: `python -m sbpflow.distributed.launch --nproc-per-node 2 -m
 sbpflow.examples.dlrm`. Each rank reads its own stream; the dense part is data-parallel (its
 gradients averaged by one all-reduce after backward) and the embedding is sharded by key
 over the ranks (its rows' gradients summed on their owners).
+
+`--graph` trains with an `nn.Graph` instead (one rank): its Job holds the embedding's lookup,
+gradient shuffle and in-store Adagrad update as ops, beside the dense forward, backward and
+Adam update.
 """
 
 from __future__ import annotations
@@ -116,10 +120,29 @@ def _average_grads(params) -> None:
         start += n
 
 
+class TrainGraph(nn.Graph):
+    """One training step as a graph: forward, loss.backward(), both optimizers' updates."""
+
+    def __init__(self, model: DLRM, *optimizers):
+        super().__init__()
+        self.model = model
+        for opt in optimizers:
+            self.add_optimizer(opt)
+
+    def build(self, dense, ids, labels):
+        loss = F.binary_cross_entropy_with_logits(self.model(dense, ids), labels)
+        loss.backward()
+        return loss
+
+
 def main(steps: int = 300, batch_size: int = 512, vocab: int = 20000, dim: int = 16,
          cache_mb: float = 4.0, path: str | None = None, lr: float = 3e-3,
-         embedding_lr: float = 0.05, eval_size: int = 20000, log_every: int = 50) -> dict:
+         embedding_lr: float = 0.05, eval_size: int = 20000, log_every: int = 50,
+         graph: bool = False) -> dict:
     rank, world = comm.get_rank(), comm.get_world_size()
+    if graph and world > 1:
+        raise SystemExit("dlrm --graph runs on one rank: the dense part's data-parallel "
+                         "all-reduce is an eager step here")
     flow.manual_seed(0)
     path = path or os.path.join(tempfile.gettempdir(), f"sbpflow-dlrm-{os.getuid()}")
     tables = [oe.make_table_options(oe.make_uniform_initializer(-0.05, 0.05))
@@ -133,18 +156,22 @@ def main(steps: int = 300, batch_size: int = 512, vocab: int = 20000, dim: int =
     opt = flow.optim.Adam(dense_params, lr=lr)
     emb_opt = flow.optim.Adagrad(embedding.parameters(), lr=embedding_lr)
     stream = PlantedStream(vocab, seed=1 + rank)
+    train = TrainGraph(model, opt, emb_opt) if graph else None
     start = time.perf_counter()
     for step in range(steps):
         dense, ids, labels, _ = stream.batch(batch_size)
-        logits = model(flow.tensor(dense), flow.tensor(ids))
-        loss = F.binary_cross_entropy_with_logits(logits, flow.tensor(labels))
-        opt.zero_grad()
-        emb_opt.zero_grad()
-        loss.backward()
-        if world > 1:
-            _average_grads(dense_params)
-        opt.step()
-        emb_opt.step()
+        if train is not None:
+            loss = train(flow.tensor(dense), flow.tensor(ids), flow.tensor(labels))
+        else:
+            logits = model(flow.tensor(dense), flow.tensor(ids))
+            loss = F.binary_cross_entropy_with_logits(logits, flow.tensor(labels))
+            opt.zero_grad()
+            emb_opt.zero_grad()
+            loss.backward()
+            if world > 1:
+                _average_grads(dense_params)
+            opt.step()
+            emb_opt.step()
         if rank == 0 and (step % log_every == 0 or step == steps - 1):
             print(f"step {step:5d}  loss {loss.item():.4f}  keys on rank 0 "
                   f"{embedding.store.num_keys}", flush=True)
@@ -159,7 +186,8 @@ def main(steps: int = 300, batch_size: int = 512, vocab: int = 20000, dim: int =
     result = {"auc": auc(labels, scores), "planted_auc": auc(labels, true_logit),
               "samples_per_s": steps * batch_size * world / seconds, "keys": s.num_keys,
               "cache_rows": s.cache_lines, "evictions": s.evictions,
-              "writebacks": s.writebacks}
+              "writebacks": s.writebacks,
+              "job_ops": [op.op_type for op in train._job().ops] if train is not None else []}
     if rank == 0:
         print(f"held-out AUC {result['auc']:.4f}  (planted model's AUC, the ceiling: "
               f"{result['planted_auc']:.4f})")
@@ -177,5 +205,7 @@ if __name__ == "__main__":
     ap.add_argument("--embedding-dim", type=int, default=16)
     ap.add_argument("--cache-mb", type=float, default=4.0)
     ap.add_argument("--path", default=None, help="where the table's files go")
+    ap.add_argument("--graph", action="store_true", help="train with nn.Graph (one rank)")
     args = ap.parse_args()
-    main(args.steps, args.batch_size, args.vocab, args.embedding_dim, args.cache_mb, args.path)
+    main(args.steps, args.batch_size, args.vocab, args.embedding_dim, args.cache_mb, args.path,
+         graph=args.graph)

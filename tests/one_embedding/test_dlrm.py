@@ -28,6 +28,18 @@ def test_dlrm_learns_with_a_table_bigger_than_its_cache(tmp_path):
     assert r["auc"] < r["planted_auc"] + 0.01, r  # ... and not above the planted ceiling
 
 
+def test_dlrm_learns_in_nn_graph(tmp_path):
+    r = dlrm.main(steps=60, batch_size=256, vocab=1000, cache_mb=0.5, path=str(tmp_path),
+                  eval_size=4000, log_every=1000, graph=True)
+    ops = r["job_ops"]
+    assert ops.count("one_embedding_lookup") == 1 and ops.count("adam_update") > 0
+    assert ops.count("one_embedding_gradient_shuffle") == 1
+    assert ops.count("one_embedding_adagrad_update") == 1
+    assert r["keys"] > r["cache_rows"] and r["evictions"] > 0 and r["writebacks"] > 0
+    assert r["auc"] > 0.7, r
+    assert r["auc"] < r["planted_auc"] + 0.01, r
+
+
 def test_dlrm_two_ranks_through_the_launcher(tmp_path):
     cmd = [sys.executable, "-m", "sbpflow.distributed.launch", "--nproc-per-node", "2", "-m",
            "sbpflow.examples.dlrm", "--steps", "40", "--batch-size", "128", "--vocab", "1000",
