@@ -512,3 +512,526 @@ register(OpDef(
 
 __all__: list[str] = []
 _ = TensorMeta  # metas flow through unchanged: an update keeps the param's meta
+
+
+# -- multi-tensor updates of the other eager optimizers ----------------------------------------
+# RMSprop, Adadelta, Adamax, NAdam, RAdam, ASGD and Rprop, run by their foreach steps: per
+# parameter a block (param, grad, states..., 0-d state scalars...), then the shared host `lr`
+# (Rprop has none).  Each block is torch's single-tensor step written with the same
+# elementwise arithmetic as the per-parameter path (foreach=False), so the two agree bit for
+# bit.  The 0-d state scalars (step counts; NAdam's mu_product; ASGD's eta and mu) are
+# advanced inside the op and read there, at run time, never by the Python thread.
+#
+#   RMSprop  g = ±grad (+ wd * p);  v = alpha * v + (1 - alpha) * g * g
+#            centered: a = lerp(a, g, 1 - alpha); avg = sqrt(v - a * a) + eps
+#            else avg = sqrt(v) + eps
+#            momentum: b = momentum * b + g / avg; p = p - lr * b;  else p = p - lr * g / avg
+#   Adadelta v = rho * v + (1 - rho) * g * g;  delta = sqrt(u + eps) / sqrt(v + eps) * g
+#            u = rho * u + (1 - rho) * delta * delta;  p = p - lr * delta
+#   Adamax   m = lerp(m, g, 1 - b1);  u = max(b2 * u, |g| + eps);  p = p - lr / (1 - b1^t) * m / u
+#   NAdam    mu_t = b1 (1 - 0.5 * 0.96^(t * momentum_decay));  mu_product *= mu_t
+#            m, v as Adam;  denom = sqrt(v / (1 - b2^t)) + eps
+#            p = p - lr (1 - mu_t) / (1 - mu_product) g / denom
+#                  - lr mu_{t+1} / (1 - mu_product mu_{t+1}) m / denom
+#   RAdam    m, v as Adam;  rho_t = rho_inf - 2 t b2^t / (1 - b2^t)
+#            p = p - lr m / (1 - b1^t) (* sqrt(1 - b2^t) / (sqrt(v) + eps) * r_t if rho_t > 5)
+#   ASGD     p = p (1 - lambd eta) - eta g;  ax = p if mu == 1 else ax + mu (p - ax)
+#            eta = f32(lr / (1 + lambd lr t)^alpha);  mu = f32(1 / max(1, t - t0))
+#   Rprop    s = sign(g * prev);  step_size = clamp(step_size * (etaplus | etaminus | 1), ...)
+#            g = 0 where s < 0;  p = p - sign(g) * step_size;  prev = g
+def _outs(out, k):
+    """The kernel's `out=`: an array or None per output (None: fresh arrays)."""
+    if out is None:
+        return (None,) * k
+    return tuple(out) if isinstance(out, tuple) else (out,)
+
+
+def _prep_grad(ctx, d, p, g, weight_decay, maximize):
+    """±grad (+ weight_decay * p), as the eager step: `-grad`, then `grad.add(p, alpha=wd)`."""
+    prims = ctx.prims
+    if maximize:
+        g = prims.unary("neg", g)
+    if weight_decay != 0:
+        g = prims.binary("add", g, prims.binary("mul", p, _s(ctx, weight_decay, d)))
+    return g
+
+
+def _advance(ctx, step, out, k=-1):
+    """step + 1 in the counter's own dtype (written into `out`), and its value on the host."""
+    new = ctx.prims.binary("add", step, _s(ctx, 1, ctx.out_metas[k].dtype), out=out)
+    return new, _host(ctx, new)
+
+
+def _square_avg(ctx, d, v, g, rate, out):
+    """v.mul_(rate).addcmul_(g, g, value=1 - rate)."""
+    prims = ctx.prims
+    v = prims.binary("mul", v, _s(ctx, rate, d), out=out)
+    gg = prims.binary("mul", prims.binary("mul", _s(ctx, 1 - rate, d), g), g)
+    return prims.binary("add", v, gg, out=v)  # v is `out` or a fresh array: ours
+
+
+def _lerp_into(ctx, start, end, w, out):
+    """start.lerp_(end, w) with the lerp op's arithmetic, written into `out` when given."""
+    new = _lerp_arrays(ctx, start, end, w, -0.5 < w < 0.5)
+    return new if out is None else ctx.prims.copy(out, new)
+
+
+def _names_meta(name, keys, n_scalars):
+    """A block's meta check: (param, grad, *states like param, *0-d scalars[, lr])."""
+    def meta(p, g, *rest, has_lr=True, **_):
+        states = rest[:len(keys)]
+        scalars = rest[len(keys):]
+        if len(states) != len(keys) or len(scalars) != n_scalars + has_lr:
+            raise op_error(name, f"expected a block of param, grad, {', '.join(keys)} and "
+                                 f"{n_scalars} scalars, got {2 + len(rest)} tensors")
+        _check_like(name, p, (g, *states), ("grad", *keys))
+        for m in scalars:
+            _check_scalar(name, m, "a state scalar or lr")
+        return (p, *states, *scalars[:n_scalars])
+
+    return meta
+
+
+# -- RMSprop
+_RMSPROP_ATTRS = {"alpha": Attr("float", 0.99), "eps": Attr("float", 1e-8),
+                  "weight_decay": Attr("float", 0.0), "momentum": Attr("float", 0.0),
+                  "centered": Attr("bool", False), "maximize": Attr("bool", False)}
+
+
+def _rmsprop_keys(momentum=0.0, centered=False, **_):
+    return ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ()) + (
+        ("grad_avg",) if centered else ())
+
+
+def _rmsprop_meta(*ts, **attrs):
+    keys = _rmsprop_keys(**attrs)
+    return _names_meta("rmsprop_update", keys, 1)(*ts)
+
+
+def _rmsprop_kernel(ctx, p, g, *rest, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                    centered=False, maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    nk = len(_rmsprop_keys(momentum, centered))
+    states, (step, lr) = rest[:nk], rest[nk:]
+    outs = _outs(out, nk + 2)
+    new_step, _ = _advance(ctx, step, outs[-1])
+    lr = _host(ctx, lr)
+    g = _prep_grad(ctx, d, p, g, weight_decay, maximize)
+    v = _square_avg(ctx, d, states[0], g, alpha, outs[1])
+    new = [v]
+    buf = None
+    if momentum > 0:
+        buf = states[1]
+    if centered:
+        a = _lerp_into(ctx, states[-1], g, 1 - alpha, outs[nk])
+        avg = prims.unary("sqrt", prims.binary(
+            "add", v, prims.binary("mul", prims.binary("mul", _s(ctx, -1, d), a), a)))
+    else:
+        avg = prims.unary("sqrt", v)
+    avg = prims.binary("add", avg, _s(ctx, eps, d), out=avg)  # avg is a fresh array
+    if momentum > 0:
+        # buf.mul_(momentum).addcdiv_(g, avg): value 1 multiplies exactly, so it is left out
+        buf = prims.binary("mul", buf, _s(ctx, momentum, d), out=outs[2])
+        buf = prims.binary("add", buf, prims.binary("div", g, avg), out=buf)
+        new.append(buf)
+        p = prims.binary("add", p, prims.binary("mul", buf, _s(ctx, -lr, d)), out=outs[0])
+    else:
+        p = prims.binary("add", p, prims.binary("mul", _s(ctx, -lr, d),
+                                                prims.binary("div", g, avg)), out=outs[0])
+    if centered:
+        new.append(a)
+    return (p, *new, new_step)
+
+
+# -- Adadelta
+_ADADELTA_ATTRS = {"rho": Attr("float", 0.9), "eps": Attr("float", 1e-6),
+                   "weight_decay": Attr("float", 0.0), "maximize": Attr("bool", False)}
+_adadelta_meta = _names_meta("adadelta_update", ("square_avg", "acc_delta"), 1)
+
+
+def _adadelta_kernel(ctx, p, g, v, u, step, lr, rho=0.9, eps=1e-6, weight_decay=0.0,
+                     maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, v_out, u_out, t_out = _outs(out, 4)
+    new_step, _ = _advance(ctx, step, t_out)
+    lr = _host(ctx, lr)
+    g = _prep_grad(ctx, d, p, g, weight_decay, maximize)
+    v = _square_avg(ctx, d, v, g, rho, v_out)
+    std = prims.unary("sqrt", prims.binary("add", v, _s(ctx, eps, d)))
+    delta = prims.unary("sqrt", prims.binary("add", u, _s(ctx, eps, d)))
+    delta = prims.binary("mul", prims.binary("div", delta, std), g)
+    u = _square_avg(ctx, d, u, delta, rho, u_out)
+    p = prims.binary("add", p, prims.binary("mul", delta, _s(ctx, -lr, d)), out=p_out)
+    return p, v, u, new_step
+
+
+# -- Adamax
+_ADAMAX_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
+                 "eps": Attr("float", 1e-8), "weight_decay": Attr("float", 0.0),
+                 "maximize": Attr("bool", False)}
+_adamax_meta = _names_meta("adamax_update", ("exp_avg", "exp_inf"), 1)
+
+
+def _adamax_kernel(ctx, p, g, m, u, step, lr, beta1=0.9, beta2=0.999, eps=1e-8,
+                   weight_decay=0.0, maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, m_out, u_out, t_out = _outs(out, 4)
+    new_step, t = _advance(ctx, step, t_out)
+    lr = _host(ctx, lr)
+    g = _prep_grad(ctx, d, p, g, weight_decay, maximize)
+    m = _lerp_into(ctx, m, g, 1 - beta1, m_out)
+    bound = prims.binary("add", prims.unary("abs", g), _s(ctx, eps, d))
+    u = prims.binary("maximum", prims.binary("mul", u, _s(ctx, beta2, d)), bound, out=u_out)
+    clr = lr / (1 - beta1**t)
+    p = prims.binary("add", p, prims.binary("mul", _s(ctx, -clr, d), prims.binary("div", m, u)),
+                     out=p_out)
+    return p, m, u, new_step
+
+
+# -- NAdam
+_NADAM_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
+                "eps": Attr("float", 1e-8), "weight_decay": Attr("float", 0.0),
+                "momentum_decay": Attr("float", 4e-3),
+                "decoupled_weight_decay": Attr("bool", False), "maximize": Attr("bool", False)}
+_nadam_meta = _names_meta("nadam_update", ("exp_avg", "exp_avg_sq"), 2)
+
+
+def _nadam_kernel(ctx, p, g, m, v, step, mu_product, lr, beta1=0.9, beta2=0.999, eps=1e-8,
+                  weight_decay=0.0, momentum_decay=4e-3, decoupled_weight_decay=False,
+                  maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, m_out, v_out, t_out, mp_out = _outs(out, 5)
+    new_step, t = _advance(ctx, step, t_out, 3)
+    lr = _host(ctx, lr)
+    if weight_decay != 0 and decoupled_weight_decay:
+        p = prims.binary("mul", p, _s(ctx, 1 - lr * weight_decay, d), out=p_out)
+        g = _prep_grad(ctx, d, p, g, 0.0, maximize)
+    else:
+        g = _prep_grad(ctx, d, p, g, weight_decay, maximize)
+    mu = beta1 * (1.0 - 0.5 * 0.96 ** (t * momentum_decay))
+    mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * momentum_decay))
+    # the product in the tensor's dtype, as torch's `mu_product *= mu` rounds it
+    new_mp = prims.binary("mul", mu_product, _s(ctx, mu, ctx.out_metas[4].dtype), out=mp_out)
+    mp = _host(ctx, new_mp)
+    mp_next = mp * mu_next
+    m = _lerp_into(ctx, m, g, 1 - beta1, m_out)
+    v = _square_avg(ctx, d, v, g, beta2, v_out)
+    denom = prims.unary("sqrt", prims.binary("div", v, _s(ctx, 1 - beta2**t, d)))
+    denom = prims.binary("add", denom, _s(ctx, eps, d), out=denom)
+    c1 = -lr * (1.0 - mu) / (1.0 - mp)
+    c2 = -lr * mu_next / (1.0 - mp_next)
+    p = prims.binary("add", p, prims.binary("mul", _s(ctx, c1, d), prims.binary("div", g, denom)),
+                     out=p_out)
+    p = prims.binary("add", p, prims.binary("mul", _s(ctx, c2, d), prims.binary("div", m, denom)),
+                     out=p if p_out is None else p_out)
+    return p, m, v, new_step, new_mp
+
+
+# -- RAdam
+_RADAM_ATTRS = {"beta1": Attr("float", 0.9), "beta2": Attr("float", 0.999),
+                "eps": Attr("float", 1e-8), "weight_decay": Attr("float", 0.0),
+                "decoupled_weight_decay": Attr("bool", False), "maximize": Attr("bool", False)}
+_radam_meta = _names_meta("radam_update", ("exp_avg", "exp_avg_sq"), 1)
+
+
+def _radam_kernel(ctx, p, g, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8,
+                  weight_decay=0.0, decoupled_weight_decay=False, maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, m_out, v_out, t_out = _outs(out, 4)
+    new_step, t = _advance(ctx, step, t_out)
+    lr = _host(ctx, lr)
+    if weight_decay != 0 and decoupled_weight_decay:
+        p = prims.binary("mul", p, _s(ctx, 1 - lr * weight_decay, d), out=p_out)
+        g = _prep_grad(ctx, d, p, g, 0.0, maximize)
+    else:
+        g = _prep_grad(ctx, d, p, g, weight_decay, maximize)
+    m = _lerp_into(ctx, m, g, 1 - beta1, m_out)
+    v = _square_avg(ctx, d, v, g, beta2, v_out)
+    bias_correction1 = 1 - beta1**t
+    bias_correction2 = 1 - beta2**t
+    update = prims.binary("mul", prims.binary("div", m, _s(ctx, bias_correction1, d)),
+                          _s(ctx, lr, d))
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * t * (beta2**t) / bias_correction2
+    if rho_t > 5.0:
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf
+                / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+        adaptive = prims.binary("div", _s(ctx, bias_correction2**0.5, d), prims.binary(
+            "add", prims.unary("sqrt", v), _s(ctx, eps, d)))
+        update = prims.binary("mul", prims.binary("mul", update, adaptive), _s(ctx, rect, d))
+    p = prims.binary("add", p, prims.binary("mul", update, _s(ctx, -1.0, d)), out=p_out)
+    return p, m, v, new_step
+
+
+# -- ASGD
+_ASGD_ATTRS = {"lambd": Attr("float", 1e-4), "alpha": Attr("float", 0.75),
+               "t0": Attr("float", 1e6), "weight_decay": Attr("float", 0.0),
+               "maximize": Attr("bool", False)}
+_asgd_meta = _names_meta("asgd_update", ("ax",), 3)
+
+
+def _asgd_kernel(ctx, p, g, ax, step, eta, mu, lr, lambd=1e-4, alpha=0.75, t0=1e6,
+                 weight_decay=0.0, maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, ax_out, t_out, eta_out, mu_out = _outs(out, 5)
+    new_step, t = _advance(ctx, step, t_out, 2)
+    lr = _host(ctx, lr)
+    g = _prep_grad(ctx, d, p, g, weight_decay, maximize)
+    eta_v, mu_v = _host(ctx, eta), _host(ctx, mu)
+    p = prims.binary("mul", p, _s(ctx, 1 - lambd * eta_v, d), out=p_out)
+    p = prims.binary("add", p, prims.binary("mul", g, _s(ctx, -eta_v, d)),
+                     out=p if p_out is None else p_out)
+    if mu_v != 1:
+        step_ax = prims.binary("mul", prims.binary("sub", p, ax), _s(ctx, mu_v, d))
+        ax = prims.binary("add", ax, step_ax, out=ax_out)
+    else:
+        ax = prims.contiguous(p) if ax_out is None else prims.copy(ax_out, p)
+    # torch makes both new values float32 tensors before copying them into the state
+    new_eta = float(np.float32(lr / ((1 + lambd * lr * t) ** alpha)))
+    new_mu = float(np.float32(1 / max(1, t - t0)))
+    eta = _s(ctx, new_eta, ctx.out_metas[3].dtype)
+    mu = _s(ctx, new_mu, ctx.out_metas[4].dtype)
+    if eta_out is not None:
+        eta = prims.copy(eta_out, eta)
+    if mu_out is not None:
+        mu = prims.copy(mu_out, mu)
+    return p, ax, new_step, eta, mu
+
+
+# -- Rprop
+_RPROP_ATTRS = {"etaminus": Attr("float", 0.5), "etaplus": Attr("float", 1.2),
+                "step_size_min": Attr("float", 1e-6), "step_size_max": Attr("float", 50.0),
+                "maximize": Attr("bool", False)}
+_rprop_names_meta = _names_meta("rprop_update", ("prev", "step_size"), 1)
+
+
+def _rprop_meta(*ts, **_):
+    return _rprop_names_meta(*ts, has_lr=False)
+
+
+def _rprop_kernel(ctx, p, g, prev, step_size, step, etaminus=0.5, etaplus=1.2,
+                  step_size_min=1e-6, step_size_max=50.0, maximize=False, out=None):
+    prims = ctx.prims
+    d = ctx.out_metas[0].dtype
+    p_out, prev_out, ss_out, t_out = _outs(out, 4)
+    new_step, _ = _advance(ctx, step, t_out)
+    if maximize:
+        g = prims.unary("neg", g)
+    sign = prims.unary("sign", prims.binary("mul", g, prev))
+    zero = _s(ctx, 0, d)
+    up, down = prims.binary("gt", sign, zero), prims.binary("lt", sign, zero)
+    # masked fills of `sign`, as the eager step: etaplus, etaminus, then 1 where it is 0
+    factor = prims.where(up, _s(ctx, etaplus, d), sign)
+    factor = prims.where(down, _s(ctx, etaminus, d), factor)
+    factor = prims.where(prims.binary("eq", sign, zero), _s(ctx, 1, d), factor)
+    ss = prims.binary("mul", step_size, factor, out=ss_out)
+    ss = prims.binary("maximum", ss, _s(ctx, step_size_min, d), out=ss)
+    ss = prims.binary("minimum", ss, _s(ctx, step_size_max, d), out=ss)
+    g = prims.where(down, zero, g)
+    step_p = prims.binary("mul", prims.binary("mul", _s(ctx, -1, d), prims.unary("sign", g)), ss)
+    p = prims.binary("add", p, step_p, out=p_out)
+    prev = g if prev_out is None else prims.copy(prev_out, g)
+    return p, prev, ss, new_step
+
+
+# -- their torch references and samples
+def _torch_block(cls, keys_of, n_scalars, kwargs_of, has_lr=True):
+    """torch's optimizer `cls` (foreach=False) run one step on one block, its state set from
+    the block: (param, grad, *states, *scalars[, lr]) -> (param, *states, *scalars)."""
+    def single(torch, p, g, *rest, **attrs):
+        names = keys_of(attrs) + _SCALAR_KEYS[cls][:n_scalars]
+        kw = kwargs_of(**attrs)
+        if has_lr:
+            kw["lr"] = float(rest[-1])
+        p = p.detach().clone()
+        p.grad = g.detach().clone()
+        opt = getattr(torch.optim, cls)([p], foreach=False, **kw)
+        st = opt.state[p]
+        for k, v in zip(names, rest, strict=False):
+            st[k] = v.detach().clone()
+        opt.step()
+        return (p.detach(), *(st[k] for k in names))
+
+    return single
+
+
+_SCALAR_KEYS = {"RMSprop": ("step",), "Adadelta": ("step",), "Adamax": ("step",),
+                "NAdam": ("step", "mu_product"), "RAdam": ("step",),
+                "ASGD": ("step", "eta", "mu"), "Rprop": ("step",)}
+
+
+def _betas_kw(beta1=0.9, beta2=0.999, **kw):
+    return {"betas": (beta1, beta2), **kw}
+
+
+def _rprop_kw(etaminus=0.5, etaplus=1.2, step_size_min=1e-6, step_size_max=50.0, **kw):
+    return {"etas": (etaminus, etaplus), "step_sizes": (step_size_min, step_size_max), **kw}
+
+
+def _optim_samples(block, variants, has_lr=True):
+    """Samples of a multi-tensor update: one block of 1-D float64 tensors with the first
+    attrs, one block of 0-d tensors (float32, float64 alternately) for each other variant,
+    and a call of two 0-d blocks where that is small.  Few, small tensors: the global-op
+    check tries every SBP of every input (B, P, S(i)), and the product grows fast."""
+    def samples(rng):
+        lr = [np.asarray(0.05)] if has_lr else []
+        out = [Sample(block(rng, (4,), np.float64, variants[0]) + lr, grad=False, n=1,
+                      **variants[0])]
+        for k, attrs in enumerate(variants[1:]):
+            dtype = np.float32 if k % 2 == 0 else np.float64
+            out.append(Sample(block(rng, (), dtype, attrs) + lr, grad=False, n=1, **attrs))
+        two = block(rng, (), np.float64, variants[0]) + block(rng, (), np.float64, variants[0])
+        if len(two) <= 10:  # 2 ** 10 SBP combinations (B or P per 0-d input), times lr's
+            out.append(Sample(two + lr, grad=False, n=2, **variants[0]))
+        return out
+
+    return samples
+
+
+def _r(rng, shape, dtype, positive=False):
+    x = rng.standard_normal(shape)
+    return (np.abs(x) + 0.1 if positive else x).astype(dtype)
+
+
+def _f32(value):
+    return np.asarray(value, np.float32)
+
+
+def _rmsprop_block(rng, shape, dtype, attrs):
+    p, g = _r(rng, shape, dtype), _r(rng, shape, dtype)
+    a = _r(rng, shape, dtype)
+    v = (a * a + _r(rng, shape, dtype, True)).astype(dtype)  # v >= a * a: sqrt(v - a * a)
+    states = [v]
+    if attrs.get("momentum", 0.0) > 0:
+        states.append(_r(rng, shape, dtype))
+    if attrs.get("centered"):
+        states.append(a)
+    return [p, g, *states, _f32(2.0)]
+
+
+def _adadelta_block(rng, shape, dtype, attrs):
+    return [_r(rng, shape, dtype), _r(rng, shape, dtype), _r(rng, shape, dtype, True),
+            _r(rng, shape, dtype, True), _f32(3.0)]
+
+
+def _adamax_block(rng, shape, dtype, attrs):
+    return [_r(rng, shape, dtype), _r(rng, shape, dtype), _r(rng, shape, dtype),
+            _r(rng, shape, dtype, True), _f32(2.0)]
+
+
+def _adam_like_block(step, *extra, early=None):
+    """(param, grad, exp_avg, exp_avg_sq, step, *extra); the step is `early` for attrs with
+    beta2 0.9 (RAdam's unrectified first steps)."""
+    def block(rng, shape, dtype, attrs):
+        t = early if early is not None and attrs.get("beta2") == 0.9 else step
+        return [_r(rng, shape, dtype), _r(rng, shape, dtype), _r(rng, shape, dtype),
+                _r(rng, shape, dtype, True), _f32(t), *map(_f32, extra)]
+
+    return block
+
+
+def _asgd_block(rng, shape, dtype, attrs):
+    # mu is 1 until the step passes t0 (then ax becomes p), a fraction after (ax averages)
+    mu = 0.5 if attrs.get("t0", 1e6) < 3 else 1.0
+    return [_r(rng, shape, dtype), _r(rng, shape, dtype), _r(rng, shape, dtype),
+            _f32(3.0), _f32(0.04), _f32(mu)]
+
+
+def _rprop_block(rng, shape, dtype, attrs):
+    prev = _r(rng, shape, dtype)
+    if prev.ndim:
+        prev[0] = 0  # a zero sign: the step size is kept
+    return [_r(rng, shape, dtype), _r(rng, shape, dtype), prev,
+            _r(rng, shape, dtype, True), _f32(4.0)]
+
+
+def _register_multi(name, single, keys_of, n_scalars, attrs, kwargs_of, block, variants,
+                    meta, kernel, doc, has_lr=True):
+    def per_of(a):
+        return 2 + len(keys_of(a)) + n_scalars
+
+    shared = 1 if has_lr else 0
+    mmeta, mkernel = _multi(name, meta, kernel, per_of, lambda a: shared)
+    register(OpDef(
+        name,
+        inputs=("*tensors",),
+        outputs=("out",),
+        attrs={"n": Attr("int", 1), **attrs},
+        infer_meta=mmeta,
+        kernel=mkernel,
+        saves=(),  # no gradient: an update only
+        reference=_torch_multi(_torch_block(single, keys_of, n_scalars, kwargs_of, has_lr),
+                               per_of),
+        samples=_optim_samples(block, variants, has_lr=has_lr),
+        doc=doc,
+    ))
+
+
+_register_multi(
+    "multi_rmsprop_update", "RMSprop", lambda a: _rmsprop_keys(**a), 1, _RMSPROP_ATTRS,
+    lambda **a: a, _rmsprop_block,
+    [dict(weight_decay=0.1), dict(centered=True, maximize=True),
+     dict(momentum=0.9, centered=True, alpha=0.9), dict(momentum=0.5, eps=1e-3)],
+    _rmsprop_meta, _rmsprop_kernel,
+    "RMSprop steps of n parameters in one call: n x (param, grad, square_avg"
+    "[, momentum_buffer][, grad_avg], step), lr; outputs per parameter param, its states, "
+    "step.")
+
+_register_multi(
+    "multi_adadelta_update", "Adadelta", lambda a: ("square_avg", "acc_delta"), 1,
+    _ADADELTA_ATTRS, lambda **a: a, _adadelta_block,
+    [dict(weight_decay=0.1), dict(rho=0.5, maximize=True, eps=1e-3)],
+    _adadelta_meta, _adadelta_kernel,
+    "Adadelta steps of n parameters in one call: n x (param, grad, square_avg, acc_delta, "
+    "step), lr; outputs per parameter param, square_avg, acc_delta, step.")
+
+_register_multi(
+    "multi_adamax_update", "Adamax", lambda a: ("exp_avg", "exp_inf"), 1, _ADAMAX_ATTRS,
+    _betas_kw, _adamax_block,
+    [dict(weight_decay=0.1), dict(beta1=0.3, beta2=0.5, maximize=True)],
+    _adamax_meta, _adamax_kernel,
+    "Adamax steps of n parameters in one call: n x (param, grad, exp_avg, exp_inf, step), "
+    "lr; outputs per parameter param, exp_avg, exp_inf, step.")
+
+_register_multi(
+    "multi_nadam_update", "NAdam", lambda a: ("exp_avg", "exp_avg_sq"), 2, _NADAM_ATTRS,
+    _betas_kw, _adam_like_block(2.0, 0.8),
+    [dict(weight_decay=0.1), dict(decoupled_weight_decay=True, weight_decay=0.1,
+                                  momentum_decay=0.01, maximize=True)],
+    _nadam_meta, _nadam_kernel,
+    "NAdam steps of n parameters in one call: n x (param, grad, exp_avg, exp_avg_sq, step, "
+    "mu_product), lr; outputs per parameter param, exp_avg, exp_avg_sq, step, mu_product.")
+
+_register_multi(
+    "multi_radam_update", "RAdam", lambda a: ("exp_avg", "exp_avg_sq"), 1, _RADAM_ATTRS,
+    # step 10: rho_t > 5, the rectified branch; with beta2 0.9 step 2: rho_t < 5
+    _betas_kw, _adam_like_block(9.0, early=1.0),
+    [dict(weight_decay=0.1), dict(decoupled_weight_decay=True, weight_decay=0.1,
+                                  maximize=True),
+     dict(beta2=0.9)],
+    _radam_meta, _radam_kernel,
+    "RAdam steps of n parameters in one call: n x (param, grad, exp_avg, exp_avg_sq, step), "
+    "lr; outputs per parameter param, exp_avg, exp_avg_sq, step.")
+
+_register_multi(
+    "multi_asgd_update", "ASGD", lambda a: ("ax",), 3, _ASGD_ATTRS, lambda **a: a,
+    _asgd_block,
+    [dict(weight_decay=0.1, t0=1.0), dict(maximize=True, lambd=0.01, alpha=0.5)],
+    _asgd_meta, _asgd_kernel,
+    "ASGD steps of n parameters in one call: n x (param, grad, ax, step, eta, mu), lr; "
+    "outputs per parameter param, ax, step, eta, mu.")
+
+_register_multi(
+    "multi_rprop_update", "Rprop", lambda a: ("prev", "step_size"), 1, _RPROP_ATTRS,
+    _rprop_kw, _rprop_block,
+    [dict(), dict(etaminus=0.3, etaplus=1.5, step_size_min=0.2, step_size_max=1.0,
+                  maximize=True)],
+    _rprop_meta, _rprop_kernel,
+    "Rprop steps of n parameters in one call: n x (param, grad, prev, step_size, step); "
+    "outputs per parameter param, prev, step_size, step.", has_lr=False)

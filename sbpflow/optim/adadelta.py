@@ -7,6 +7,7 @@ from .optimizer import (
     Optimizer,
     _check_lr,
     _check_unsupported,
+    _foreach_update,
     _HostScalars,
     _scalar,
     _step_counter,
@@ -41,27 +42,49 @@ class Adadelta(Optimizer):
         super().__init__(params, defaults)
         self._host = _HostScalars()
 
+    def _state_for(self, p) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
+            state["square_avg"] = F.zeros_like(p)
+            state["acc_delta"] = F.zeros_like(p)
+        return state
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr = _scalar(group["lr"])
-            rho, eps, weight_decay = group["rho"], group["eps"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = _step_counter()
-                    state["square_avg"] = F.zeros_like(p)
-                    state["acc_delta"] = F.zeros_like(p)
-                self._host.advance(p, state)
-                grad = -p.grad if group["maximize"] else p.grad
-                if weight_decay != 0:
-                    grad = grad.add(p, alpha=weight_decay)
-                square_avg, acc_delta = state["square_avg"], state["acc_delta"]
-                square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
-                std = square_avg.add(eps).sqrt_()
-                delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
-                acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
-                p.add_(delta, alpha=-lr)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_adadelta_update` per (device, dtype) bucket, written in place (the op
+        advances the step counts); False, with nothing done, where it doesn't apply."""
+        attrs = {"rho": float(group["rho"]), "eps": float(group["eps"]),
+                 "weight_decay": float(group["weight_decay"]),
+                 "maximize": bool(group["maximize"])}
+        return _foreach_update("multi_adadelta_update", params, self._state_for,
+                               ("square_avg", "acc_delta"), ("step",), attrs,
+                               (float(_scalar(group["lr"])),))
+
+    def _single_group(self, group, params) -> None:
+        lr = _scalar(group["lr"])
+        rho, eps, weight_decay = group["rho"], group["eps"], group["weight_decay"]
+        for p in params:
+            state = self._state_for(p)
+            self._host.advance(p, state)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+            square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+            std = square_avg.add(eps).sqrt_()
+            delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+            acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+            p.add_(delta, alpha=-lr)
+

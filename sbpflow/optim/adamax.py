@@ -8,6 +8,7 @@ from .optimizer import (
     _check_betas,
     _check_lr,
     _check_unsupported,
+    _foreach_update,
     _HostScalars,
     _scalar,
     _step_counter,
@@ -40,27 +41,52 @@ class Adamax(Optimizer):
         super().__init__(params, defaults)
         self._host = _HostScalars()
 
+    def _state_for(self, p) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
+            state["exp_avg"] = F.zeros_like(p)
+            state["exp_inf"] = F.zeros_like(p)
+        return state
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr = _scalar(group["lr"])
-            beta1, beta2 = (_scalar(b) for b in group["betas"])
-            eps, weight_decay = group["eps"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = _step_counter()
-                    state["exp_avg"] = F.zeros_like(p)
-                    state["exp_inf"] = F.zeros_like(p)
-                step = self._host.advance(p, state)
-                grad = -p.grad if group["maximize"] else p.grad
-                if weight_decay != 0:
-                    grad = grad.add(p, alpha=weight_decay)
-                exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_inf.copy_(F.maximum(exp_inf.mul_(beta2), grad.abs().add_(eps)))
-                clr = lr / (1 - beta1**step)
-                p.addcdiv_(exp_avg, exp_inf, value=-clr)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_adamax_update` per (device, dtype) bucket, written in place (the op
+        advances the step counts and reads them itself); False, with nothing done, where it
+        doesn't apply."""
+        beta1, beta2 = (float(_scalar(b)) for b in group["betas"])
+        attrs = {"beta1": beta1, "beta2": beta2, "eps": float(group["eps"]),
+                 "weight_decay": float(group["weight_decay"]),
+                 "maximize": bool(group["maximize"])}
+        return _foreach_update("multi_adamax_update", params, self._state_for,
+                               ("exp_avg", "exp_inf"), ("step",), attrs,
+                               (float(_scalar(group["lr"])),))
+
+    def _single_group(self, group, params) -> None:
+        lr = _scalar(group["lr"])
+        beta1, beta2 = (_scalar(b) for b in group["betas"])
+        eps, weight_decay = group["eps"], group["weight_decay"]
+        for p in params:
+            state = self._state_for(p)
+            # The count as the host knows it: no read back from the device per step.
+            step = self._host.advance(p, state)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_inf.copy_(F.maximum(exp_inf.mul_(beta2), grad.abs().add_(eps)))
+            clr = lr / (1 - beta1**step)
+            p.addcdiv_(exp_avg, exp_inf, value=-clr)
+

@@ -9,6 +9,7 @@ from .optimizer import (
     Optimizer,
     _check_lr,
     _check_unsupported,
+    _foreach_update,
     _HostScalars,
     _scalar,
     _step_counter,
@@ -40,40 +41,65 @@ class ASGD(Optimizer):
         super().__init__(params, defaults)
         self._host = _HostScalars()
 
+    def _state_for(self, p, group) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
+            lr = _scalar(group["lr"])
+            state["eta"] = _step_counter(lr)
+            self._host.remember(p, state, "eta", lr)
+            state["mu"] = _step_counter(1.0)
+            self._host.remember(p, state, "mu", 1.0)
+            state["ax"] = F.zeros_like(p)
+        return state
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr = _scalar(group["lr"])
-            lambd, alpha, t0 = group["lambd"], group["alpha"], group["t0"]
-            weight_decay = group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = _step_counter()
-                    state["eta"] = _step_counter(lr)
-                    state["mu"] = _step_counter(1.0)
-                    state["ax"] = F.zeros_like(p)
-                step = self._host.advance(p, state)
-                grad = -p.grad if group["maximize"] else p.grad
-                if weight_decay != 0:
-                    grad = grad.add(p, alpha=weight_decay)
-                eta = self._host.get(p, state, "eta")
-                p.mul_(1 - lambd * eta)
-                p.add_(grad, alpha=-eta)
-                mu = self._host.get(p, state, "mu")
-                ax = state["ax"]
-                if mu != 1:
-                    ax.add_(p.sub(ax).mul_(mu))
-                else:
-                    ax.copy_(p)
-                # torch makes both new values float32 tensors (the default dtype) before
-                # copying them into the state, whatever the state's dtype: round likewise.
-                self._host.set(p, state, "eta",
-                               _float32(lr / ((1 + lambd * lr * step) ** alpha)))
-                self._host.set(p, state, "mu", _float32(1 / max(1, step - t0)))
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_asgd_update` per (device, dtype) bucket, written in place (the op
+        advances step, eta and mu and reads them itself); False, with nothing done, where it
+        doesn't apply."""
+        attrs = {"lambd": float(group["lambd"]), "alpha": float(group["alpha"]),
+                 "t0": float(group["t0"]), "weight_decay": float(group["weight_decay"]),
+                 "maximize": bool(group["maximize"])}
+        return _foreach_update("multi_asgd_update", params,
+                               lambda p: self._state_for(p, group), ("ax",),
+                               ("step", "eta", "mu"), attrs, (float(_scalar(group["lr"])),))
+
+    def _single_group(self, group, params) -> None:
+        lr = _scalar(group["lr"])
+        lambd, alpha, t0 = group["lambd"], group["alpha"], group["t0"]
+        weight_decay = group["weight_decay"]
+        for p in params:
+            state = self._state_for(p, group)
+            step = self._host.advance(p, state)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            eta = self._host.get(p, state, "eta")
+            p.mul_(1 - lambd * eta)
+            p.add_(grad, alpha=-eta)
+            mu = self._host.get(p, state, "mu")
+            ax = state["ax"]
+            if mu != 1:
+                ax.add_(p.sub(ax).mul_(mu))
+            else:
+                ax.copy_(p)
+            # torch makes both new values float32 tensors (the default dtype) before
+            # copying them into the state, whatever the state's dtype: round likewise.
+            self._host.set(p, state, "eta", _float32(lr / ((1 + lambd * lr * step) ** alpha)))
+            self._host.set(p, state, "mu", _float32(1 / max(1, step - t0)))
+
 
 
 def _float32(value: float) -> float:

@@ -8,6 +8,7 @@ from .optimizer import (
     _check_betas,
     _check_lr,
     _check_unsupported,
+    _foreach_update,
     _HostScalars,
     _round_like,
     _scalar,
@@ -48,45 +49,72 @@ class NAdam(Optimizer):
         super().__init__(params, defaults)
         self._host = _HostScalars()
 
+    def _state_for(self, p) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
+            state["mu_product"] = _step_counter(1.0)
+            self._host.remember(p, state, "mu_product", 1.0)
+            state["exp_avg"] = F.zeros_like(p)
+            state["exp_avg_sq"] = F.zeros_like(p)
+        return state
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr = _scalar(group["lr"])
-            beta1, beta2 = (_scalar(b) for b in group["betas"])
-            eps, weight_decay = group["eps"], group["weight_decay"]
-            momentum_decay = group["momentum_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = _step_counter()
-                    state["mu_product"] = _step_counter(1.0)
-                    state["exp_avg"] = F.zeros_like(p)
-                    state["exp_avg_sq"] = F.zeros_like(p)
-                step = self._host.advance(p, state)
-                grad = -p.grad if group["maximize"] else p.grad
-                if weight_decay != 0:
-                    if group["decoupled_weight_decay"]:
-                        p.mul_(1 - lr * weight_decay)
-                    else:
-                        grad = grad.add(p, alpha=weight_decay)
-                mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
-                mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
-                # torch multiplies the float32 tensor by mu (rounded to float32 first).
-                mu_product = self._host.get(p, state, "mu_product")
-                mu_product = self._host.set(
-                    p, state, "mu_product",
-                    _product_f32(mu_product, mu, state["mu_product"]),
-                )
-                mu_product_next = mu_product * mu_next
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = exp_avg_sq.div(1 - beta2**step).sqrt_().add_(eps)
-                p.addcdiv_(grad, denom, value=-lr * (1.0 - mu) / (1.0 - mu_product))
-                p.addcdiv_(exp_avg, denom, value=-lr * mu_next / (1.0 - mu_product_next))
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_nadam_update` per (device, dtype) bucket, written in place (the op
+        advances the step counts and mu_product and reads them itself); False, with nothing
+        done, where it doesn't apply."""
+        beta1, beta2 = (float(_scalar(b)) for b in group["betas"])
+        attrs = {"beta1": beta1, "beta2": beta2, "eps": float(group["eps"]),
+                 "weight_decay": float(group["weight_decay"]),
+                 "momentum_decay": float(group["momentum_decay"]),
+                 "decoupled_weight_decay": bool(group["decoupled_weight_decay"]),
+                 "maximize": bool(group["maximize"])}
+        return _foreach_update("multi_nadam_update", params, self._state_for,
+                               ("exp_avg", "exp_avg_sq"), ("step", "mu_product"), attrs,
+                               (float(_scalar(group["lr"])),))
+
+    def _single_group(self, group, params) -> None:
+        lr = _scalar(group["lr"])
+        beta1, beta2 = (_scalar(b) for b in group["betas"])
+        eps, weight_decay = group["eps"], group["weight_decay"]
+        momentum_decay = group["momentum_decay"]
+        for p in params:
+            state = self._state_for(p)
+            step = self._host.advance(p, state)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                if group["decoupled_weight_decay"]:
+                    p.mul_(1 - lr * weight_decay)
+                else:
+                    grad = grad.add(p, alpha=weight_decay)
+            mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
+            mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
+            # torch multiplies the float32 tensor by mu (rounded to float32 first).
+            mu_product = self._host.get(p, state, "mu_product")
+            mu_product = self._host.set(
+                p, state, "mu_product",
+                _product_f32(mu_product, mu, state["mu_product"]),
+            )
+            mu_product_next = mu_product * mu_next
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = exp_avg_sq.div(1 - beta2**step).sqrt_().add_(eps)
+            p.addcdiv_(grad, denom, value=-lr * (1.0 - mu) / (1.0 - mu_product))
+            p.addcdiv_(exp_avg, denom, value=-lr * mu_next / (1.0 - mu_product_next))
+
 
 
 def _product_f32(a: float, b: float, like) -> float:

@@ -567,3 +567,33 @@ def _foreach_zero(grads) -> bool:
         for st in writes:
             st.version += 1
     return True
+
+
+def _foreach_update(name: str, params, state_of, keys, scalar_keys, attrs: dict,
+                    scalars) -> bool:
+    """One multi-tensor op `name` per (device, dtype) bucket of `params` (those with a
+    gradient), writing params, their states `keys` and 0-d state scalars `scalar_keys` in
+    place; the op takes per parameter (param, grad, *states, *scalars), then `scalars` (host
+    numbers, such as lr).  `state_of(p)` makes or returns p's state.  False, with nothing
+    written, where the fused path does not apply (global tensors, graph tracing, mismatched
+    or missing states): the per-parameter path then runs, and raises torch's errors."""
+    grads = [p.grad for p in params]
+    if not _foreach_ok(params + grads):
+        return False
+    blocks = []
+    for p, g in zip(params, grads, strict=True):
+        if g._meta != p._meta or not p._meta.dtype.is_floating_point or g.is_sparse:
+            return False
+        state = state_of(p)
+        states = [state.get(k) for k in keys]
+        counters = [state.get(k) for k in scalar_keys]
+        if not (all(isinstance(s, Tensor) and s._meta == p._meta for s in states)
+                and all(isinstance(c, Tensor) and c._meta.shape == () for c in counters)
+                and _foreach_ok([p, *states, *counters])):
+            return False
+        blocks.append((p, g, states, counters))
+    for bucket in _buckets(blocks, lambda b: (b[0]._device, b[0]._meta.dtype)):
+        tensors = [t for p, g, states, counters in bucket for t in (p, g, *states, *counters)]
+        targets = [t for p, _, states, counters in bucket for t in (p, *states, *counters)]
+        _fused_inplace(name, tensors, scalars, {**attrs, "n": len(bucket)}, targets)
+    return True

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from ..framework import functional as F
-from .optimizer import Optimizer, _check_unsupported, _scalar, _step_counter
+from .optimizer import (
+    Optimizer,
+    _check_unsupported,
+    _foreach_update,
+    _scalar,
+    _step_counter,
+)
 
 
 class RMSprop(Optimizer):
@@ -36,39 +42,62 @@ class RMSprop(Optimizer):
         }
         super().__init__(params, defaults)
 
+    def _state_for(self, p, group) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            state["square_avg"] = F.zeros_like(p)
+            if group["momentum"] > 0:
+                state["momentum_buffer"] = F.zeros_like(p)
+            if group["centered"]:
+                state["grad_avg"] = F.zeros_like(p)
+        return state
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            lr = _scalar(group["lr"])
-            alpha, eps, momentum = group["alpha"], group["eps"], group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = -p.grad if group["maximize"] else p.grad
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = _step_counter()
-                    state["square_avg"] = F.zeros_like(p)
-                    if momentum > 0:
-                        state["momentum_buffer"] = F.zeros_like(p)
-                    if group["centered"]:
-                        state["grad_avg"] = F.zeros_like(p)
-                state["step"] += 1
-                if group["weight_decay"] != 0:
-                    grad = grad.add(p, alpha=group["weight_decay"])
-                square_avg = state["square_avg"]
-                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-                if group["centered"]:
-                    grad_avg = state["grad_avg"]
-                    grad_avg.lerp_(grad, 1 - alpha)
-                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
-                else:
-                    avg = square_avg.sqrt()
-                avg = avg.add_(eps)
-                if momentum > 0:
-                    buf = state["momentum_buffer"]
-                    buf.mul_(momentum).addcdiv_(grad, avg)
-                    p.add_(buf, alpha=-lr)
-                else:
-                    p.addcdiv_(grad, avg, value=-lr)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_rmsprop_update` per (device, dtype) bucket, written in place (the op
+        advances the step counts); False, with nothing done, where it doesn't apply."""
+        momentum, centered = float(group["momentum"]), bool(group["centered"])
+        keys = ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ()) + (
+            ("grad_avg",) if centered else ())
+        attrs = {"alpha": float(group["alpha"]), "eps": float(group["eps"]),
+                 "weight_decay": float(group["weight_decay"]), "momentum": momentum,
+                 "centered": centered, "maximize": bool(group["maximize"])}
+        return _foreach_update("multi_rmsprop_update", params,
+                               lambda p: self._state_for(p, group), keys, ("step",), attrs,
+                               (float(_scalar(group["lr"])),))
+
+    def _single_group(self, group, params) -> None:
+        lr = _scalar(group["lr"])
+        alpha, eps, momentum = group["alpha"], group["eps"], group["momentum"]
+        for p in params:
+            grad = -p.grad if group["maximize"] else p.grad
+            state = self._state_for(p, group)
+            state["step"] += 1
+            if group["weight_decay"] != 0:
+                grad = grad.add(p, alpha=group["weight_decay"])
+            square_avg = state["square_avg"]
+            square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+            if group["centered"]:
+                grad_avg = state["grad_avg"]
+                grad_avg.lerp_(grad, 1 - alpha)
+                avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+            else:
+                avg = square_avg.sqrt()
+            avg = avg.add_(eps)
+            if momentum > 0:
+                buf = state["momentum_buffer"]
+                buf.mul_(momentum).addcdiv_(grad, avg)
+                p.add_(buf, alpha=-lr)
+            else:
+                p.addcdiv_(grad, avg, value=-lr)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from ..framework import functional as F
-from .optimizer import Optimizer, _check_lr, _check_unsupported, _HostScalars, _step_counter
+from .optimizer import (
+    Optimizer,
+    _check_lr,
+    _check_unsupported,
+    _foreach_update,
+    _HostScalars,
+    _step_counter,
+)
 
 
 class Rprop(Optimizer):
@@ -30,31 +37,55 @@ class Rprop(Optimizer):
         super().__init__(params, defaults)
         self._host = _HostScalars()
 
+    def _state_for(self, p, group) -> dict:
+        state = self.state[p]
+        if len(state) == 0:
+            state["step"] = _step_counter()
+            self._host.remember(p, state, "step", 0.0)
+            state["prev"] = F.zeros_like(p)
+            state["step_size"] = F.full_like(p.grad, group["lr"])
+        return state
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         for group in self.param_groups:
-            etaminus, etaplus = group["etas"]
-            step_size_min, step_size_max = group["step_sizes"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("Rprop does not support sparse gradients")
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = _step_counter()
-                    state["prev"] = F.zeros_like(p)
-                    state["step_size"] = F.full_like(p.grad, group["lr"])
-                self._host.advance(p, state)
-                grad = -p.grad if group["maximize"] else p.grad
-                prev, step_size = state["prev"], state["step_size"]
-                sign = (grad * prev).sign()
-                up, down = sign > 0, sign < 0
-                # the factors in the gradient's dtype, as torch writes them into `sign`
-                factor = sign.masked_fill(up, etaplus).masked_fill(down, etaminus)
-                factor = factor.masked_fill(sign == 0, 1)
-                step_size.mul_(factor).clamp_(step_size_min, step_size_max)
-                grad = grad.masked_fill(down, 0)
-                p.addcmul_(grad.sign(), step_size, value=-1)
-                prev.copy_(grad)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
         return loss
+
+    def _foreach_group(self, group, params) -> bool:
+        """One `multi_rprop_update` per (device, dtype) bucket, written in place (the op
+        advances the step counts); False, with nothing done, where it doesn't apply."""
+        etaminus, etaplus = group["etas"]
+        step_size_min, step_size_max = group["step_sizes"]
+        attrs = {"etaminus": float(etaminus), "etaplus": float(etaplus),
+                 "step_size_min": float(step_size_min), "step_size_max": float(step_size_max),
+                 "maximize": bool(group["maximize"])}
+        return _foreach_update("multi_rprop_update", params,
+                               lambda p: self._state_for(p, group), ("prev", "step_size"),
+                               ("step",), attrs, ())
+
+    def _single_group(self, group, params) -> None:
+        etaminus, etaplus = group["etas"]
+        step_size_min, step_size_max = group["step_sizes"]
+        for p in params:
+            if p.grad.is_sparse:
+                raise RuntimeError("Rprop does not support sparse gradients")
+            state = self._state_for(p, group)
+            self._host.advance(p, state)
+            grad = -p.grad if group["maximize"] else p.grad
+            prev, step_size = state["prev"], state["step_size"]
+            sign = (grad * prev).sign()
+            up, down = sign > 0, sign < 0
+            # the factors in the gradient's dtype, as torch writes them into `sign`
+            factor = sign.masked_fill(up, etaplus).masked_fill(down, etaminus)
+            factor = factor.masked_fill(sign == 0, 1)
+            step_size.mul_(factor).clamp_(step_size_min, step_size_max)
+            grad = grad.masked_fill(down, 0)
+            p.addcmul_(grad.sign(), step_size, value=-1)
+            prev.copy_(grad)
+
