@@ -357,8 +357,10 @@ def _lookup_grad(ctx, g_emb, *_):
     hands to the update); the placeholder parameter's own gradient is zero, as in eager."""
     op("one_embedding_gradient_shuffle", g_emb, ctx.output(1), ctx.output(2), ctx.output(3),
        ctx.output(5))
-    return (op("full", shape=tuple(ctx.in_metas[0].shape), fill_value=0.0,
-               dtype=ctx.in_metas[0].dtype), None, None)
+    # zeros made from the gradient, so they live where it does (a global gradient gives a
+    # global zero; a sum, so an empty batch works too); the shadow is (1,) float32
+    zero = (g_emb.sum() * 0.0).reshape(1)
+    return (zero, None, None)
 
 
 def _torch_lookup(torch, shadow, ids, table_ids, handle, embedding_dim, world_size):
