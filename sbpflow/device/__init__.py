@@ -10,6 +10,7 @@ from .mock import KernelBypassError, MockArray, MockPrimitives
 from .primitives import Primitives
 
 _PRIMITIVES: dict[str, Primitives] = {}
+_INTERNED: dict = {}  # (type argument, index) -> Device, for registered device types
 
 
 def register_device(type_: str, prims: Primitives) -> None:
@@ -52,20 +53,37 @@ def unavailable_error(type_: str) -> Exception:
 
 
 class Device:
-    """A device value: type plus index.  Frozen and hashable."""
+    """A device value: type plus index.  Frozen and hashable.  Values of registered device
+    types are interned (`Device("cpu") is Device("cpu")`), so the interpreter can tell devices
+    apart by identity on its hot path."""
 
     __slots__ = ("type", "index", "prims")
 
-    def __init__(self, type_: str = "cpu", index: int | None = None):
+    def __new__(cls, type_: str = "cpu", index: int | None = None):
         if isinstance(type_, Device):
             type_, index = type_.type, type_.index
-        elif ":" in type_:
+        try:
+            hit = _INTERNED.get((type_, index))
+        except TypeError:  # an unhashable argument: the checks below explain
+            hit = None
+        if hit is not None:
+            return hit
+        key = (type_, index)
+        if not isinstance(type_, str):
+            raise TypeError(f"device(): argument 'type' must be str, not {type(type_).__name__}")
+        if ":" in type_:
             name, _, idx = type_.partition(":")
             if not (idx.isascii() and idx.isdigit()):  # torch: no sign, no second colon
                 raise RuntimeError(f"Invalid device string: '{type_}'")
             type_, index = name, int(idx)
         if index is not None and index < 0:
             raise RuntimeError("Device index must not be negative")
+        hit = _INTERNED.get((type_, index))  # "cpu:0" is the value of ("cpu", 0)
+        if hit is not None:
+            if len(_INTERNED) < 4096:
+                _INTERNED[key] = hit
+            return hit
+        self = object.__new__(cls)
         if type_ in _PRIMITIVES:
             object.__setattr__(self, "prims", _PRIMITIVES[type_])
         elif type_ not in TORCH_DEVICE_TYPES:
@@ -74,6 +92,9 @@ class Device:
         # else: a device value without primitives; `prims` stays unset (see __getattr__)
         object.__setattr__(self, "type", type_)
         object.__setattr__(self, "index", index)
+        if type_ in _PRIMITIVES and len(_INTERNED) < 4096:
+            _INTERNED[key] = _INTERNED[type_, index] = self
+        return self
 
     def __getattr__(self, name):
         # Only reached for an unset slot: the primitives of a device type sbpflow lacks.

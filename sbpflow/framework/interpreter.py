@@ -255,6 +255,11 @@ def _run_plan(plan, tensors):
     if vm is not None and _machine._tracer is None:
         stream = vm.streams.get(plan.stream)
         if stream is not None and (plan.numel < vm.inline_max or vm.mode is Mode.SYNC):
+            if stream.completed != stream.issued:
+                # A small op joins its busy stream rather than queue behind it: queued small
+                # ops cost the worker a GIL hand-off each while this thread keeps the GIL busy
+                # (measured: the MLP step ran 1.3x slower queued than run inline).
+                stream.wait(stream.issued)
             outs = _run_inline(plan, tensors, vm, stream)
     if outs is None:
         outs = _issue(plan.opdef, tensors, plan.attrs, plan.ctx, plan.dev, plan.prims)
