@@ -42,6 +42,9 @@ class Size(tuple):
 _CPU = Device("cpu")
 
 
+_RARE_FIELDS = ("_view_chain", "_grad_fn_version", "_leaf_hooks", "_grad_acc", "_retains_grad")
+
+
 class memory_format:  # noqa: N801 - torch's name
     """torch.memory_format.  sbpflow keeps every tensor C-contiguous (row-major): the formats
     are accepted where torch accepts them and give the same values, not torch's strides."""
@@ -102,12 +105,17 @@ def check_memory_format(op: str, t: Tensor, fmt) -> None:
 
 
 class Tensor:
+    # What every op reads or sets is a slot; what only some tensors ever set (views, leaves
+    # with hooks, retain_grad) is a class-level default, so a new op output stores 12 fields.
     __slots__ = (
         "_blob", "_storage", "_meta", "_strides", "_offset", "_device", "_requires_grad", "grad",
-        "_grad_fn",
-        "_output_nr", "_base", "_view_chain", "_grad_fn_version", "_leaf_hooks", "_grad_acc",
-        "_retains_grad", "_gl", "__weakref__", "__dict__",
+        "_grad_fn", "_output_nr", "_base", "_gl", "__weakref__", "__dict__",
     )
+    _view_chain = ()  # the view ops from _base to this tensor
+    _grad_fn_version = 0
+    _leaf_hooks = None
+    _grad_acc = None
+    _retains_grad = False
 
     # -- construction ---------------------------------------------------------------------
     def __init__(self, *args, **kwargs):
@@ -130,6 +138,15 @@ class Tensor:
 
     @staticmethod
     def _init_from(self, blob, storage, meta, device, strides=None, offset=0):
+        """Point `self` (new, or an existing tensor being re-aliased) at blob/storage, with no
+        autograd state."""
+        Tensor._fresh(self, blob, storage, meta, device, strides, offset)
+        for name in _RARE_FIELDS:
+            self.__dict__.pop(name, None)  # back to the class-level default
+
+    @staticmethod
+    def _fresh(self, blob, storage, meta, device, strides=None, offset=0):
+        """_init_from for an object just made by object.__new__ (the hot path)."""
         self._blob = blob
         self._storage = storage
         self._meta = meta
@@ -141,11 +158,6 @@ class Tensor:
         self._grad_fn = None
         self._output_nr = 0
         self._base = None
-        self._view_chain = ()
-        self._grad_fn_version = 0
-        self._leaf_hooks = None
-        self._grad_acc = None
-        self._retains_grad = False
         self._gl = None  # GlobalInfo of a global tensor (see global_tensor.py)
 
     @classmethod
@@ -161,7 +173,7 @@ class Tensor:
         if storage is None:
             storage = PooledStorage(device.prims)
             storage.root = blob
-        Tensor._init_from(t, blob, storage, meta, device, strides, offset)
+        Tensor._fresh(t, blob, storage, meta, device, strides, offset)
         return t
 
     @classmethod
@@ -172,7 +184,7 @@ class Tensor:
         t = object.__new__(cls)
         storage = Storage() if prims is None else PooledStorage(prims)
         storage.root = blob
-        Tensor._init_from(t, blob, storage, meta, device, strides)
+        Tensor._fresh(t, blob, storage, meta, device, strides)
         return t
 
     def _data_ref(self):
