@@ -26,6 +26,7 @@ import numpy as np
 
 from .._core.errors import op_error
 from .._core.meta import TensorMeta
+from ..sbp import B, Signature, Split
 from .elementwise import _lerp_arrays
 from .registry import Attr, OpDef, Sample, register
 
@@ -951,6 +952,23 @@ def _rprop_block(rng, shape, dtype, attrs):
             _r(rng, shape, dtype, True), _f32(4.0)]
 
 
+def _multi_sbp(name, per_of, shared_of):
+    """(B, ...) -> B, and S(a) on every tensor that is not 0-d (grads and states included)
+    for each axis a they all have -> S(a): the update is elementwise.  0-d inputs (step
+    counts, state scalars, lr, 0-d params) stay B and every rank advances its own copy."""
+    def sbp(*metas, n=1, **attrs):
+        blocks, _ = _blocks(name, metas, n, per_of(attrs), shared_of(attrs))
+        outs = [m for b in blocks for m in (b[0], *b[2:])]  # a block's outputs: all but grad
+        sigs = [Signature((B,) * len(metas), (B,) * len(outs))]
+        shaped = [m.ndim for m in metas if m.ndim]
+        for a in range(min(shaped, default=0)):
+            sigs.append(Signature(tuple(Split(a) if m.ndim else B for m in metas),
+                                  tuple(Split(a) if m.ndim else B for m in outs)))
+        return sigs
+
+    return sbp
+
+
 def _register_multi(name, single, keys_of, n_scalars, attrs, kwargs_of, block, variants,
                     meta, kernel, doc, has_lr=True):
     def per_of(a):
@@ -966,6 +984,7 @@ def _register_multi(name, single, keys_of, n_scalars, attrs, kwargs_of, block, v
         infer_meta=mmeta,
         kernel=mkernel,
         saves=(),  # no gradient: an update only
+        sbp=_multi_sbp(name, per_of, lambda a: shared),
         reference=_torch_multi(_torch_block(single, keys_of, n_scalars, kwargs_of, has_lr),
                                per_of),
         samples=_optim_samples(block, variants, has_lr=has_lr),
