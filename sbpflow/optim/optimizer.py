@@ -530,7 +530,9 @@ def _fused_inplace(name: str, tensors, scalars, attrs: dict, targets) -> None:
     writes = [t._storage for t in targets]
     _interp._builder.call(name, run, ins=in_blobs, outs=out_blobs,
                           reads=[t._storage for t in tensors], writes=writes,
-                          stream=dev.type, numel=sum(m.numel for m in out_metas))
+                          # "small" by its largest tensor: the kernel is one NumPy call per
+                          # tensor, so a worker could not overlap more than that with Python.
+                          stream=dev.type, numel=max(m.numel for m in out_metas))
     for st in writes:
         st.version += 1
 
