@@ -228,50 +228,54 @@ def large_table():
               f"({gib(s.ram_bytes())}); RSS now {gib(mem['VmRSS'])} "
               f"(anonymous {gib(mem['RssAnon'])}, file pages {gib(mem['RssFile'])})")
         opt = flow.optim.SGD(emb.parameters(), lr=0.1)
-        if args.graph:
-            class Train(flow.nn.Graph):
-                def __init__(self):
-                    super().__init__()
-                    self.emb = emb
-                    self.add_optimizer(opt)
 
-                def build(self, ids, c):
-                    loss = (self.emb(ids) * c).sum()
-                    loss.backward()
-                    return loss
+        def eager_step(ids, c):
+            (emb(flow.tensor(ids)) * flow.tensor(c)).sum().backward()
+            opt.step()
+            opt.zero_grad()
 
+        class Train(flow.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.emb = emb
+                self.add_optimizer(opt)
+
+            def build(self, ids, c):
+                loss = (self.emb(ids) * c).sum()
+                loss.backward()
+                return loss
+
+        runs = [("eager", eager_step)]
+        if args.graph:  # then the same number of steps in nn.Graph, on the trained table
             graph = Train()
-
-            def step(ids, c):
-                graph(flow.tensor(ids), flow.tensor(c))
-        else:
-            def step(ids, c):
-                (emb(flow.tensor(ids)) * flow.tensor(c)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-        h0, m0, e0, w0 = s.hits, s.misses, s.evictions, s.writebacks
+            runs.append(("nn.Graph", lambda ids, c: graph(flow.tensor(ids), flow.tensor(c))))
         gen = batches(1)
-        touched = set() if V <= 10**7 else None
-        t0 = time.perf_counter()
-        half = None
-        for k in range(args.steps):
+        for mode, step in runs:
             ids, c = next(gen)
-            step(ids * spread + 3, c)
-            if k == args.steps // 2:
-                half = (s.hits, s.misses)
-            if touched is not None:
-                touched.update(ids.tolist())
-        flow.synchronize()
-        dt = time.perf_counter() - t0
-        hits, misses = s.hits - h0, s.misses - m0
-        late = (s.hits - half[0]) / max(1, s.hits - half[0] + s.misses - half[1])
+            step(ids * spread + 3, c)  # warm-up (the graph compiles at its first call)
+            h0, m0, e0, w0 = s.hits, s.misses, s.evictions, s.writebacks
+            t0 = time.perf_counter()
+            half = None
+            for k in range(args.steps):
+                ids, c = next(gen)
+                step(ids * spread + 3, c)
+                if k == args.steps // 2:
+                    half = (s.hits, s.misses)
+            flow.synchronize()
+            dt = time.perf_counter() - t0
+            hits, misses = s.hits - h0, s.misses - m0
+            late = (s.hits - half[0]) / max(1, s.hits - half[0] + s.misses - half[1])
+            mem = memory()
+            print(f"  training ({mode}): {args.steps} steps, {B * args.steps / dt:,.0f} ids/s; "
+                  f"hit rate {hits / max(1, hits + misses):.1%} (second half {late:.1%}); "
+                  f"{s.evictions - e0:,} evictions, {s.writebacks - w0:,} write-backs; RSS "
+                  f"{gib(mem['VmRSS'])} (anonymous {gib(mem['RssAnon'])}, file pages "
+                  f"{gib(mem['RssFile'])})")
+        s.flush()
         mem = memory()
-        print(f"  training ({'nn.Graph' if args.graph else 'eager'}): {args.steps} steps, "
-              f"{B * args.steps / dt:,.0f} ids/s; hit rate {hits / max(1, hits + misses):.1%} "
-              f"(second half {late:.1%}); {s.evictions - e0:,} evictions, "
-              f"{s.writebacks - w0:,} write-backs")
-        print(f"  peak RSS (VmHWM) {gib(mem['VmHWM'])}; at the end RSS {gib(mem['VmRSS'])} "
-              f"(anonymous {gib(mem['RssAnon'])}, file pages {gib(mem['RssFile'])})")
+        disk = os.stat(os.path.join(s.path, "values")).st_blocks * 512
+        print(f"  peak RSS (VmHWM) {gib(mem['VmHWM'])}; value file on disk {gib(disk)}; the "
+              f"file's mapped pages were handed back {s.releases} times")
         s.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -39,6 +39,17 @@ from ._hash import KeyIndex, initial_values
 
 _MAGIC = b"SBPFLOW-ONE-EMBEDDING-SNAPSHOT-1\n"
 _CHUNK_ROWS = 1 << 16
+_RELEASE_BYTES = 256 << 20  # mapped value-file pages kept resident before a release
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_file_bytes() -> int | None:
+    """Resident file-backed (shared) bytes of this process, or None off Linux."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[2]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class SnapshotError(RuntimeError):
@@ -79,6 +90,8 @@ class EmbeddingStore:
         self.block_span = -(-storage_dim // self.block_floats)  # blocks per group of rows
         # counters (tests and benchmarks read them)
         self.hits = self.misses = self.evictions = self.writebacks = 0
+        self.releases = 0  # times the value file's mapped pages were handed back
+        self.capacity_hint = int(capacity_hint)
         os.makedirs(os.path.join(path, "snapshots"), exist_ok=True)
         self._values_path = os.path.join(path, "values")
         self._reset(capacity_hint)
@@ -97,7 +110,7 @@ class EmbeddingStore:
             pass  # a new store starts empty; state comes back only from a snapshot
         self._mm = None
         self._rows2d = None  # the file as (rows, storage_dim) when rows fill whole blocks
-        self._mapped_bytes = 0  # file bytes touched through the map since the last release
+        self._mapped_base = None  # resident file-page bytes after the last release
         n = min(self.cache_lines, 1024)
         self._cache = np.zeros((n, self.storage_dim), np.float32)
         self._line_slot = np.full(n, -1, np.int64)
@@ -127,7 +140,10 @@ class EmbeddingStore:
     def _ensure_file(self, rows: int) -> None:
         if rows <= self.file_rows:
             return
-        new_rows = max(rows, 2 * self.file_rows, 1024)
+        grow = 2 * self.file_rows
+        if rows <= self.capacity_hint < grow:
+            grow = self.capacity_hint  # the expected size: no doubling past it
+        new_rows = max(rows, grow, 1024)
         groups = -(-new_rows // self.rows_per_block)
         nbytes = groups * self.block_span * self.block_floats * 4
         self._close_file()
@@ -147,32 +163,41 @@ class EmbeddingStore:
             self._mm = None
             self._rows2d = None
 
-    def _touched(self, nbytes: int) -> None:
-        """Hand the map's resident pages back after every cache's worth of file traffic.
-        Pages of a shared file map count in the process's RSS; after MADV_DONTNEED the
-        kernel keeps them (dirty ones too) in its page cache, written back as usual, and a
-        later access maps them again. So the store's RAM stays its cache, not the file."""
-        self._mapped_bytes += nbytes
-        if self._mapped_bytes > max(self.cache_lines * 4 * self.storage_dim, 1 << 26):
-            self._mapped_bytes = 0
-            mm = getattr(self._mm, "_mmap", None)
-            if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
-                mm.madvise(mmap.MADV_DONTNEED)
+    def _touched(self) -> None:
+        """Hand the map's resident pages back when they pass _RELEASE_BYTES. Pages of a
+        shared file map count in the process's RSS, and a fault maps its neighbours too
+        (fault-around), so random row reads map far more than they read; after
+        MADV_DONTNEED the kernel keeps the pages (dirty ones too) in its page cache, written
+        back as usual, and a later access maps them again. So the store's RAM stays its
+        cache, not the file. (The resident file pages are read from /proc/self/statm, a few
+        microseconds a batch.)"""
+        mm = getattr(self._mm, "_mmap", None)
+        if mm is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        shared = _resident_file_bytes()
+        if shared is None:
+            return
+        if self._mapped_base is None:
+            self._mapped_base = shared
+        elif shared - self._mapped_base > _RELEASE_BYTES:
+            mm.madvise(mmap.MADV_DONTNEED)
+            self.releases += 1
+            self._mapped_base = _resident_file_bytes()
 
     def _read_file(self, slots: np.ndarray) -> np.ndarray:
-        self._touched(4 * self.storage_dim * len(slots))
-        if self._rows2d is not None:
-            return self._rows2d[slots]
-        return self._mm[self._offsets(slots)]
+        rows = self._rows2d[slots] if self._rows2d is not None else self._mm[
+            self._offsets(slots)]
+        self._touched()
+        return rows
 
     def _write_file(self, slots: np.ndarray, rows: np.ndarray) -> None:
         if len(slots):
             self._ensure_file(int(slots.max()) + 1)
-            self._touched(4 * self.storage_dim * len(slots))
             if self._rows2d is not None:
                 self._rows2d[slots] = rows
             else:
                 self._mm[self._offsets(slots)] = rows
+            self._touched()
 
     # -- the cache ------------------------------------------------------------------------
     def _grow_cache(self, need: int) -> None:
