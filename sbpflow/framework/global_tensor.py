@@ -28,6 +28,7 @@ from .._core.errors import op_error
 from .._core.meta import TensorMeta
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.node import Node
+from ..device import Device
 from ..ops import registry
 from ..ops.registry import KernelContext
 from ..sbp import boxing, infer, layout
@@ -502,7 +503,9 @@ def to_local(t: Tensor, *, copy: bool = False) -> Tensor:
     if gl is None:
         raise RuntimeError("to_local(): expected a global tensor, but got a local tensor; "
                            "only global tensors have a local piece")
-    out = _local_alias(t)
+    # As OneFlow: this rank's piece lives on `<type>:<local rank>` (cpu:1 on local rank 1).
+    out = Tensor._make(t._blob, gl.local_meta, _piece_device(t._device), t._storage, t._strides,
+                       t._offset)
     if copy:
         out = interpreter.apply(registry.get("clone"), (out,), {})
     if is_grad_enabled() and t.requires_grad:
@@ -510,22 +513,28 @@ def to_local(t: Tensor, *, copy: bool = False) -> Tensor:
     return out
 
 
+def _piece_device(dev: Device) -> Device:
+    """The device OneFlow gives this rank's local piece: the type with the local rank."""
+    return Device(dev.type, comm.get_local_rank())
+
+
 def _local_to_global(t, placement, sbp, grad_sbp, check_meta) -> Tensor:
     rank = _rank()
     meta = _logical_meta(t, placement, sbp, check_meta)
     local_meta = _local_meta(meta, placement, sbp, rank)
     gl = GlobalInfo(placement, sbp, local_meta)
+    dev = Device(t._device.type)  # a piece from to_local() is on cpu:<local rank>: drop it
     bcast_axes = [k for k, x in enumerate(sbp) if x == B and placement.hierarchy[k] > 1]
     if not placement.has(rank):
-        blob = Blob(_empty_piece(local_meta, t._device.prims))
-        out = make(blob, meta, t._device, gl)
+        blob = Blob(_empty_piece(local_meta, dev.prims))
+        out = make(blob, meta, dev, gl)
     elif bcast_axes:
-        out = make(Blob(), meta, t._device, gl)
+        out = make(Blob(), meta, dev, gl)
         _broadcast_piece(t, out, placement, bcast_axes, rank)
     else:
         if not t.is_contiguous():  # the logical layout is contiguous: so is every piece
             t = t.contiguous()
-        out = make(t._blob, meta, t._device, gl, t._storage, t._strides, t._offset)
+        out = make(t._blob, meta, dev, gl, t._storage, t._strides, t._offset)
     if is_grad_enabled() and t.requires_grad:
         out._set_grad_fn(_LocalToGlobalBackward(interpreter._edge(t), gl,
                                                 grad_sbp or layout.dual(sbp), meta), 0)

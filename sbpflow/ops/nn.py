@@ -771,8 +771,10 @@ def _linear_grad(ctx, g):
     if ctx.needs_input_grad[0]:
         gx = op("matmul", g, ctx.input(1))
     if ctx.needs_input_grad[1]:
-        g2 = op("reshape", g, shape=(-1, n))
-        x2 = op("reshape", ctx.input(0), shape=(-1, k))
+        # (The reshape op always copies: skip it where the operands are matrices already.)
+        g2 = g if g.ndim == 2 else op("reshape", g, shape=(-1, n))
+        x = ctx.input(0)
+        x2 = x if xm.ndim == 2 else op("reshape", x, shape=(-1, k))
         gw = op("matmul", op("transpose", g2, dim0=0, dim1=1), x2)
     if ctx.needs_input_grad[2]:
         gb = unbroadcast(g, bm)

@@ -99,12 +99,26 @@ def test_global_tensor_device_raises_as_oneflow_and_placement_sbp_remain():
                                            r"'\.placement' for global tensors\."):
         _ = x.device
     assert x.placement == ALL and x.sbp == (S(0),)
-    assert x.to_local().device == flow.device("cpu")
+    assert x.to_local().device == flow.device("cpu", comm.get_local_rank())
     assert x.is_cpu and x.get_device() == -1
     with global_view.global_mode(True, placement=ALL, sbp=B):  # OneFlow: legal in the mode
         assert x.device == flow.device("cpu")
     with pytest.raises(RuntimeError, match="Only local tensors"):
         _ = x.device
+
+
+def test_a_local_piece_is_on_cpu_local_rank_and_mixes_with_local_tensors():
+    logical = np.arange(4.0 * WORLD, dtype=np.float32).reshape(WORLD, 4)
+    x = flow.tensor(logical).to_global(ALL, B).to_global(sbp=S(0))
+    piece = x.to_local()
+    assert piece.device == flow.device("cpu", comm.get_local_rank())
+    assert str(piece.device) == f"cpu:{comm.get_local_rank()}"  # OneFlow's local device
+    y = piece + flow.ones(1, 4)  # a plain local tensor (device "cpu") mixes with it
+    np.testing.assert_array_equal(y.numpy(), logical[RANK:RANK + 1] + 1)
+    assert y.device == piece.device  # the first input's device, as OneFlow's eager ops
+    back = y.to_global(ALL, S(0))
+    assert back.placement == ALL and back.sbp == (S(0),)
+    np.testing.assert_array_equal(back.numpy(), logical + 1)
 
 
 # -- random initialisers on global parameters ------------------------------------------------
