@@ -145,3 +145,22 @@ def test_dedup_against_numpy():
     assert np.array_equal(keys[first], uniq) and np.array_equal(uniq[inverse], keys)
     assert np.array_equal(first, np.sort(first))  # first-seen order
     assert [len(a) for a in dedup(np.empty(0, np.int64))] == [0, 0, 0]
+
+
+def test_mapped_file_pages_are_handed_back(tmp_path, monkeypatch):
+    """Random row reads map whole neighbourhoods of the value file into RSS: past the limit
+    the store releases them (MADV_DONTNEED), and the rows read afterwards are intact."""
+    from sbpflow.one_embedding import store as store_mod
+
+    monkeypatch.setattr(store_mod, "_RELEASE_BYTES", 1 << 20)
+    s = EmbeddingStore(str(tmp_path), 16, 16, 4096, [[(0, 16, UNIFORM)]], seed=3,
+                       physical_block_size=4096)
+    keys = np.arange(200_000, dtype=np.int64) * 13 + 1  # 12.8 MB of rows in the file
+    for start in range(0, len(keys), 4096):
+        s.lookup(keys[start:start + 4096], np.zeros(4096, np.int64))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        s.lookup(rng.choice(keys, 4000, replace=False), np.zeros(4000, np.int64))
+    assert s.releases > 0
+    some = rng.choice(keys, 5000, replace=False)
+    np.testing.assert_array_equal(s.read_rows(some), initial_values(UNIFORM, 3, some, 0, 16))
