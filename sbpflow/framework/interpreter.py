@@ -219,10 +219,10 @@ class _Plan:
         self.grad = opdef.grad is not None
         self.single = len(out_metas) == 1
         self.fix = dev.prims.ensure_contiguous
-        # The op's specialised function for this plan (OpDef.specialize), for outputs small
-        # enough not to come from the caching allocator; None: the kernel runs.
+        # The op's specialised function for this plan (OpDef.specialize), for views and for
+        # outputs small enough not to come from the caching allocator; None: the kernel runs.
         self.direct = None
-        if opdef.specialize is not None and not any(self.prims):
+        if opdef.specialize is not None and (opdef.view or not any(self.prims)):
             self.direct = opdef.specialize(self.ctx, attrs)
 
 

@@ -42,7 +42,7 @@ class Size(tuple):
 _CPU = Device("cpu")
 
 
-_RARE_FIELDS = ("_view_chain", "_grad_fn_version", "_leaf_hooks", "_grad_acc", "_retains_grad")
+_RARE_FIELDS = ("_grad_fn_version", "_leaf_hooks", "_grad_acc", "_retains_grad")
 
 
 class memory_format:  # noqa: N801 - torch's name
@@ -106,12 +106,11 @@ def check_memory_format(op: str, t: Tensor, fmt) -> None:
 
 class Tensor:
     # What every op reads or sets is a slot; what only some tensors ever set (views, leaves
-    # with hooks, retain_grad) is a class-level default, so a new op output stores 12 fields.
+    # with hooks, retain_grad) is a class-level default, so a new op output stores 13 fields.
     __slots__ = (
         "_blob", "_storage", "_meta", "_strides", "_offset", "_device", "_requires_grad", "grad",
-        "_grad_fn", "_output_nr", "_base", "_gl", "__weakref__", "__dict__",
+        "_grad_fn", "_output_nr", "_base", "_view_chain", "_gl", "__weakref__", "__dict__",
     )
-    _view_chain = ()  # the view ops from _base to this tensor
     _grad_fn_version = 0
     _leaf_hooks = None
     _grad_acc = None
@@ -158,6 +157,7 @@ class Tensor:
         self._grad_fn = None
         self._output_nr = 0
         self._base = None
+        self._view_chain = ()  # the view ops from _base to this tensor
         self._gl = None  # GlobalInfo of a global tensor (see global_tensor.py)
 
     @classmethod

@@ -194,12 +194,19 @@ def _slice_samples(rng):
     ]
 
 
+def _slice_direct(ctx, attrs):
+    """specialize: the slice primitive with the NumPy key built once."""
+    key, slice_ = numpy_key(attrs["key"], ctx.in_metas[0].ndim), ctx.prims.slice
+    return lambda x: slice_(x, key)
+
+
 register(OpDef(
     "slice",
     inputs=("input",),
     attrs={"key": Attr("any")},
     infer_meta=_slice_meta,
     kernel=lambda ctx, x, key: ctx.prims.slice(x, numpy_key(key, ctx.in_metas[0].ndim)),
+    specialize=_slice_direct,
     # Only metas and attrs: the grad also replays writes through views (interpreter._embed).
     saves=(),
     grad=lambda ctx, g: (op("slice_grad", g, key=ctx.attrs["key"], shape=ctx.in_metas[0].shape),),

@@ -54,6 +54,19 @@ def _view_kernel(ctx, x, shape):
         ) from None
 
 
+def _view_direct(ctx, attrs):
+    """specialize: the reshape primitive with the output shape bound."""
+    shape, reshape = ctx.out_metas[0].shape, ctx.prims.reshape
+
+    def fn(x):
+        try:
+            return reshape(x, shape)
+        except (ValueError, AttributeError):
+            return _view_kernel(ctx, x, shape)  # raises the op's error
+
+    return fn
+
+
 def _reshape_grad(ctx, g):
     return (op("reshape", g, shape=ctx.in_metas[0].shape),)
 
@@ -112,6 +125,7 @@ register(OpDef(
     attrs={"shape": Attr("ints")},
     infer_meta=_reshape_meta("view"),
     kernel=_view_kernel,
+    specialize=_view_direct,
     saves=(),
     grad=_reshape_grad,
     sbp=_reshape_sbp,
@@ -330,6 +344,12 @@ def _transpose_perm(ndim, dim0, dim1):
     return tuple(perm)
 
 
+def _transpose_direct(ctx, attrs):
+    """specialize: the permute primitive with the permutation computed once."""
+    perm, permute = _transpose_perm(ctx.in_metas[0].ndim, **attrs), ctx.prims.permute
+    return lambda x: permute(x, perm)
+
+
 register(OpDef(
     "transpose",
     inputs=("input",),
@@ -337,6 +357,7 @@ register(OpDef(
     infer_meta=lambda x, dim0, dim1: _permute_meta(x, _transpose_perm(x.ndim, dim0, dim1)),
     kernel=lambda ctx, x, dim0, dim1: ctx.prims.permute(
         x, _transpose_perm(ctx.in_metas[0].ndim, dim0, dim1)),
+    specialize=_transpose_direct,
     saves=(),
     grad=lambda ctx, g: (op("transpose", g, **ctx.attrs),),
     sbp=lambda x, dim0, dim1: _permute_sbp(x, _transpose_perm(x.ndim, dim0, dim1)),

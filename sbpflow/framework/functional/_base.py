@@ -61,6 +61,11 @@ def shape_args(op: str, args) -> tuple[int, ...]:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
     for a in args:
+        if type(a) is not int:
+            break
+    else:
+        return args if type(args) is tuple else tuple(args)  # the common case: plain ints
+    for a in args:
         if not isinstance(a, int) or isinstance(a, bool):
             if isinstance(a, Tensor) and a.numel() == 1 and not a.dtype.is_floating_point:
                 continue

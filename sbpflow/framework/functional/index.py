@@ -230,7 +230,36 @@ def _advanced_key(view: Tensor, advanced):
     return tuple(entries[:last + 1]), indices
 
 
+_apply = interpreter.apply
+_SLICE = registry.get("slice")
+
+
+def _basic_entry(k):
+    """The slice-op entry of an int or plain-int slice, or None for anything else."""
+    t = type(k)
+    if t is int:
+        return ("int", k)
+    if (t is slice and type(k.start) in _PLAIN and type(k.stop) in _PLAIN
+            and (k.step is None or (type(k.step) is int and k.step > 0))):
+        return ("slice", k.start, k.stop, 1 if k.step is None else k.step)
+    return None
+
+
+_PLAIN = (int, type(None))
+
+
 def getitem(self: Tensor, key):
+    # The common keys (an int, a slice, a short tuple of them) go straight to the slice op;
+    # it checks bounds itself.  Everything else is parsed below.
+    if type(key) is tuple:
+        if len(key) <= len(self._meta.shape):
+            basic = tuple([_basic_entry(k) for k in key])
+            if None not in basic:
+                return _apply(_SLICE, (self,), {"key": basic})
+    elif self._meta.shape:
+        entry = _basic_entry(key)
+        if entry is not None:
+            return _apply(_SLICE, (self,), {"key": (entry,)})
     basic, advanced = _split_key(self, key)
     if not advanced:
         return call("slice", self, key=basic)
