@@ -62,15 +62,7 @@ class Adagrad(Optimizer):
         return state
 
     def step(self, closure=None):
-        loss = self._closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            if group["foreach"] is not False and self._foreach_group(group, params):
-                continue
-            self._single_group(group, params)
-        return loss
+        return self._step_groups(closure)
 
     def _foreach_group(self, group, params) -> bool:
         """One `multi_adagrad_update` per (device, dtype) bucket, written in place (the op

@@ -237,6 +237,20 @@ class Optimizer:
         """Perform one optimization step; `closure` re-evaluates the model and returns the loss."""
         raise NotImplementedError
 
+    def _step_groups(self, closure):
+        """The step of the optimizers with a multi-tensor path: per param group, the
+        parameters with a gradient go to `_foreach_group` (one fused op per bucket; False when
+        it doesn't apply) or else to `_single_group` (torch's per-parameter formulas)."""
+        loss = self._closure_loss(closure)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if group["foreach"] is not False and self._foreach_group(group, params):
+                continue
+            self._single_group(group, params)
+        return loss
+
     @staticmethod
     def _closure_loss(closure):
         """Evaluate the closure with grad enabled (step itself runs under no_grad)."""
