@@ -1,15 +1,21 @@
 """numba loops behind a few CPU primitives (im2col/col2im, max pooling, scatter-add, the SGD
-momentum step).
+momentum step, nll rows; gelu and its grad, layer_norm, softmax and log_softmax rows).
 
-Each loop does exactly the arithmetic of the NumPy code it replaces (copies, comparisons,
-and adds in the same order), so results are bitwise equal; it only removes NumPy's per-pass
-and per-short-row overhead.  Compiled with numba's on-disk cache (`cache=True`; this module's
+Each loop of the first group does exactly the arithmetic of the NumPy code it replaces
+(copies, comparisons, and adds in the same order), so results are bitwise equal; it only
+removes NumPy's per-pass and per-short-row overhead.  The transformer loops (at the end) work
+in float64 and round once, so they are within float32 rounding of the NumPy formulas, not
+bitwise equal (see there).  Compiled with numba's on-disk cache (`cache=True`; this module's
 path is stable), so a second process loads the machine code instead of compiling it.
 
 `available()` is False when numba cannot be imported; callers then keep their NumPy code.
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 try:
     import numba
@@ -189,3 +195,213 @@ if numba is not None:
             gi = g[i] if per_row else g[0]
             dx[i, t] = -(w * gi)
         return lo, hi
+
+
+# -- row and pointwise loops of the transformer ops (gelu, layer_norm, softmax) ------------------
+# Unlike the loops above these are not bitwise the NumPy code they replace: each reads its input
+# once, works in float64 (row statistics accumulated in float64 partial sums) and rounds once on
+# the store, so results are within float32 rounding of torch, not equal to the old passes.
+# float32 inputs take exp (and erfc) from branch-free polynomials that LLVM vectorises (numba has
+# no vector libm here); float64 inputs call libm's, for full double precision.
+_SQRT1_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+_GELU_BETA = 0.7978845608028654  # sqrt(2 / pi)
+_GELU_KAPPA = 0.044715
+
+if numba is not None:
+    _inline = numba.njit(inline="always", error_model="numpy")
+    _jit_fma = numba.njit(cache=True, nogil=True, error_model="numpy",
+                          fastmath={"contract"})
+else:  # pragma: no cover
+    def _inline(fn):
+        return fn
+
+    _jit_fma = _jit = _inline
+
+
+@_inline
+def _exp_le0(y):
+    """exp(y) for y <= 0 (slightly positive y is fine too), branch-free so loops over it
+    vectorise: (the degree-14 Taylor polynomial of y / 1024) ** 1024 by ten squarings, relative
+    error ~1e-14; 0 below -745 and at -inf, NaN stays NaN."""
+    s = y * 0.0009765625
+    q = 1.1470745597729725e-11
+    q = q * s + 1.6059043836821613e-10
+    q = q * s + 2.08767569878681e-09
+    q = q * s + 2.505210838544172e-08
+    q = q * s + 2.755731922398589e-07
+    q = q * s + 2.7557319223985893e-06
+    q = q * s + 2.48015873015873e-05
+    q = q * s + 0.0001984126984126984
+    q = q * s + 0.001388888888888889
+    q = q * s + 0.008333333333333333
+    q = q * s + 0.041666666666666664
+    q = q * s + 0.16666666666666666
+    q = q * s + 0.5
+    q = q * s + 1.0
+    q = q * s + 1.0
+    for _ in range(10):
+        q = q * q
+    return 0.0 if y < -745.0 else q
+
+
+@_inline
+def _normal_cdf(v):
+    """Phi(v) = erfc(-v / sqrt 2) / 2 in float64 to ~1.2e-7 relative everywhere, tails included
+    (Numerical Recipes' Chebyshev fit erfc(z) = t exp(-z z + P(t)), t = 1 / (1 + z / 2), for
+    z = |v| / sqrt 2), which is float32's precision; NaN stays NaN, Phi(+-inf) = 1, 0."""
+    z = abs(v) * _SQRT1_2
+    t = 1.0 / (1.0 + 0.5 * z)
+    p = 0.17087277
+    p = p * t - 0.82215223
+    p = p * t + 1.48851587
+    p = p * t - 1.13520398
+    p = p * t + 0.27886807
+    p = p * t - 0.18628806
+    p = p * t + 0.09678418
+    p = p * t + 0.37409196
+    p = p * t + 1.00002368
+    p = p * t - 1.26551223
+    half_erfc = 0.5 * t * _exp_le0(p - z * z)
+    return 1.0 - half_erfc if v >= 0.0 else half_erfc
+
+
+@_jit_fma
+def gelu32(x, out):
+    """out = x Phi(x) (exact, erf form) over 1-D float32 arrays, in float64."""
+    for i in range(x.shape[0]):
+        v = np.float64(x[i])
+        out[i] = v * _normal_cdf(v)
+
+
+@_jit_fma
+def gelu_grad32(dy, x, out):
+    """out = dy (Phi(x) + x phi(x)) over 1-D float32 arrays, in float64."""
+    for i in range(x.shape[0]):
+        v = np.float64(x[i])
+        pdf = _exp_le0(v * v * -0.5) * _INV_SQRT_2PI
+        out[i] = np.float64(dy[i]) * (_normal_cdf(v) + v * pdf)
+
+
+@_jit
+def gelu64(x, out):
+    """out = (x / 2) (erf(x / sqrt 2) + 1), torch's formula, with libm's erf."""
+    for i in range(x.shape[0]):
+        v = x[i]
+        out[i] = (v * 0.5) * (math.erf(v * _SQRT1_2) + 1.0)
+
+
+@_jit
+def gelu_grad64(dy, x, out):
+    for i in range(x.shape[0]):
+        v = x[i]
+        cdf = (math.erf(v * _SQRT1_2) + 1.0) * 0.5
+        pdf = math.exp(v * v * -0.5) * _INV_SQRT_2PI
+        out[i] = dy[i] * (cdf + v * pdf)
+
+
+@_jit
+def gelu_tanh(x, out):
+    """The tanh form: out = (x / 2) (1 + tanh(beta (x + kappa x^3))), in float64."""
+    for i in range(x.shape[0]):
+        v = np.float64(x[i])
+        inner = (v + v * v * v * _GELU_KAPPA) * _GELU_BETA
+        out[i] = (v * 0.5) * (math.tanh(inner) + 1.0)
+
+
+@_jit
+def gelu_tanh_grad(dy, x, out):
+    for i in range(x.shape[0]):
+        v = np.float64(x[i])
+        v2 = v * v
+        t = math.tanh((v + v2 * v * _GELU_KAPPA) * _GELU_BETA)
+        d_inner = (v2 * (3.0 * _GELU_KAPPA) + 1.0) * _GELU_BETA
+        out[i] = np.float64(dy[i]) * ((t + 1.0) * 0.5 + (v * 0.5) * (1.0 - t * t) * d_inner)
+
+
+@_inline
+def _sum8(a, n):
+    """sum of a[:n] in eight float64 partial sums (independent adds, not one chain)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    n8 = n - n % 8
+    for j in range(0, n8, 8):
+        a0 += a[j]
+        a1 += a[j + 1]
+        a2 += a[j + 2]
+        a3 += a[j + 3]
+        a4 += a[j + 4]
+        a5 += a[j + 5]
+        a6 += a[j + 6]
+        a7 += a[j + 7]
+    s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    for j in range(n8, n):
+        s += a[j]
+    return s
+
+
+@_jit
+def layer_norm_rows(x, w, b, eps, out):
+    """x, out (R, N), w, b (N,): out = (x - mean) / sqrt(var + eps) * w + b per row, mean
+    and (biased) variance in float64."""
+    rows, n = x.shape
+    d = np.empty(n)
+    d2 = np.empty(n)
+    for r in range(rows):
+        for j in range(n):
+            d[j] = np.float64(x[r, j])
+        mean = _sum8(d, n) / n
+        for j in range(n):
+            d[j] = d[j] - mean
+            d2[j] = d[j] * d[j]
+        rstd = 1.0 / np.sqrt(_sum8(d2, n) / n + eps)
+        for j in range(n):
+            out[r, j] = d[j] * rstd * np.float64(w[j]) + np.float64(b[j])
+
+
+@_inline
+def _row_max(x, r, n):
+    """The row's maximum, NaN if it holds one; 0 where all are -inf (then x - max gives
+    NaN, as the NumPy formula does)."""
+    m = -np.inf
+    for j in range(n):
+        v = np.float64(x[r, j])
+        m = v if v > m or v != v else m
+    return 0.0 if m == -np.inf else m
+
+
+@_jit_fma
+def softmax_rows32(x, log, out):
+    """(log_)softmax over the last axis of x (R, N) float32, in float64."""
+    rows, n = x.shape
+    e = np.empty(n)
+    for r in range(rows):
+        m = _row_max(x, r, n)
+        for j in range(n):
+            e[j] = _exp_le0(np.float64(x[r, j]) - m)
+        s = _sum8(e, n)
+        if log:
+            ls = np.log(s)
+            for j in range(n):
+                out[r, j] = np.float64(x[r, j]) - m - ls
+        else:
+            inv = 1.0 / s
+            for j in range(n):
+                out[r, j] = e[j] * inv
+
+
+@_jit
+def softmax_rows64(x, log, out):
+    rows, n = x.shape
+    e = np.empty(n)
+    for r in range(rows):
+        m = _row_max(x, r, n)
+        for j in range(n):
+            e[j] = math.exp(x[r, j] - m)
+        s = _sum8(e, n)
+        if log:
+            ls = math.log(s)
+            for j in range(n):
+                out[r, j] = x[r, j] - m - ls
+        else:
+            for j in range(n):
+                out[r, j] = e[j] / s

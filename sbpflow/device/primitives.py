@@ -16,8 +16,9 @@ The set, by family:
   index       gather, scatter (in place), index (advanced indexing), index_put (in place),
               sort
   nn          softmax, log_softmax, pad, unfold / fold (im2col / col2im), window_max (max
-              pooling), nll_rows / nll_grad_rows, sgd_momentum; all but unfold may return
-              None where the device has no fused loop, and the kernel composes the others
+              pooling), nll_rows / nll_grad_rows, sgd_momentum, gelu / gelu_grad,
+              layer_norm_rows, softmax_rows; all but unfold may return None where the device
+              has no fused loop, and the kernel composes the others
   random      random (counter-based, see random.py)
 """
 
@@ -566,6 +567,66 @@ class Primitives:
             return out
         return np.pad(x, pad_width, mode={"reflect": "reflect", "replicate": "edge",
                                           "circular": "wrap"}[mode])
+
+    # One-pass loops of the transformer ops: float32/64 only, computed in float64 and rounded
+    # once (within float32 rounding of the composed NumPy kernels, not bitwise); None where
+    # there is no loop (another dtype, no numba), and the kernel composes the op instead.
+    def gelu(self, x, approximate: str = "none"):
+        """GELU of x, exact (erf) or "tanh" form, as a fresh array, or None."""
+        if x.dtype not in _JIT_FLOATS or not _jit.available():
+            return None
+        out = self.allocator.empty(x.shape, x.dtype)
+        x = np.ascontiguousarray(x)  # (1-D for a 0-d x)
+        if approximate == "tanh":
+            f = _jit.gelu_tanh
+        else:
+            f = _jit.gelu32 if x.dtype == np.float32 else _jit.gelu64
+        f(x.reshape(-1), out.reshape(-1))
+        return out
+
+    def gelu_grad(self, dy, x, approximate: str = "none"):
+        """GELU's input gradient dy * gelu'(x) (dy, x of one shape and dtype), or None."""
+        if (x.dtype not in _JIT_FLOATS or dy.dtype != x.dtype or dy.shape != x.shape
+                or not _jit.available()):
+            return None
+        out = self.allocator.empty(x.shape, x.dtype)
+        x = np.ascontiguousarray(x)  # (1-D for a 0-d x)
+        dy = np.ascontiguousarray(dy)
+        if approximate == "tanh":
+            f = _jit.gelu_tanh_grad
+        else:
+            f = _jit.gelu_grad32 if x.dtype == np.float32 else _jit.gelu_grad64
+        f(dy.reshape(-1), x.reshape(-1), out.reshape(-1))
+        return out
+
+    def layer_norm_rows(self, x, weight, bias, eps: float):
+        """layer_norm of x over its trailing weight.ndim axes (weight, bias of those axes'
+        shape and x's dtype), or None."""
+        k = weight.ndim
+        if (x.dtype not in _JIT_FLOATS or weight.dtype != x.dtype or bias.dtype != x.dtype
+                or k < 1 or x.ndim < k or x.shape[x.ndim - k:] != weight.shape
+                or bias.shape != weight.shape or weight.size == 0 or not _jit.available()):
+            return None
+        n = weight.size
+        x = np.ascontiguousarray(x)
+        out = self.allocator.empty(x.shape, x.dtype)
+        if x.size:
+            _jit.layer_norm_rows(x.reshape(-1, n), np.ascontiguousarray(weight).reshape(-1),
+                                 np.ascontiguousarray(bias).reshape(-1), float(eps),
+                                 out.reshape(-1, n))
+        return out
+
+    def softmax_rows(self, x, log: bool = False):
+        """softmax (log_softmax when `log`) over x's last axis, or None."""
+        if x.dtype not in _JIT_FLOATS or x.ndim < 1 or not _jit.available():
+            return None
+        x = np.ascontiguousarray(x)
+        out = self.allocator.empty(x.shape, x.dtype)
+        n = x.shape[-1]
+        if x.size:
+            f = _jit.softmax_rows32 if x.dtype == np.float32 else _jit.softmax_rows64
+            f(x.reshape(-1, n), bool(log), out.reshape(-1, n))
+        return out
 
     # -- random ---------------------------------------------------------------------------
     def random(self, kind: str, dtype: DType, seed: int, offset: int, logical_shape,

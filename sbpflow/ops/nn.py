@@ -364,6 +364,9 @@ def _gelu_meta(x, approximate):
 
 
 def _gelu_fwd(k, x, approximate):
+    y = k.p.gelu(x, approximate)  # one loop, where the device has it
+    if y is not None:
+        return y
     if approximate == "tanh":
         inner = k.mul(k.add(x, k.mul(k.mul(k.mul(x, x), x), _GELU_KAPPA)), _GELU_BETA)
         return k.mul(k.mul(x, 0.5), k.add(k.u("tanh", inner), 1.0))
@@ -401,6 +404,9 @@ def _gelu_grad_meta(dy, x, approximate):
 
 def _gelu_grad_kernel(ctx, dy, x, approximate):
     k, (dy, x) = _in_compute(ctx, (dy, x))
+    r = k.p.gelu_grad(dy, x, approximate)  # one loop, where the device has it
+    if r is not None:
+        return _finish(ctx, r)
     if approximate == "tanh":
         x_sq = k.mul(x, x)
         inner = k.mul(k.add(x, k.mul(k.mul(x_sq, x), _GELU_KAPPA)), _GELU_BETA)
@@ -482,13 +488,20 @@ def _softmax_meta(name):
 
 
 def _softmax_kernel(prim_name):
+    log = prim_name == "log_softmax"
+
     def kernel(ctx, x, dim, dtype=None):
         xm = ctx.in_metas[0]
         k, (x,) = _in_compute(ctx, (x,))
         if xm.ndim == 0:  # a single element is its own softmax axis
             y = getattr(ctx.prims, prim_name)(ctx.prims.reshape(x, (1,)), 0)
             return _finish(ctx, ctx.prims.reshape(y, ()))
-        return _finish(ctx, getattr(ctx.prims, prim_name)(x, normalize_dim("", dim, xm.ndim)))
+        axis = normalize_dim("", dim, xm.ndim)
+        if axis == xm.ndim - 1:  # over the last axis: one loop per row, where the device has it
+            y = ctx.prims.softmax_rows(x, log)
+            if y is not None:
+                return _finish(ctx, y)
+        return _finish(ctx, getattr(ctx.prims, prim_name)(x, axis))
 
     return kernel
 
@@ -591,6 +604,9 @@ def _layer_norm_meta(x, weight, bias, normalized_shape, eps):
 def _layer_norm_kernel(ctx, x, weight, bias, normalized_shape, eps):
     xm = ctx.in_metas[0]
     k, (x, weight, bias) = _in_compute(ctx, (x, weight, bias))
+    y = k.p.layer_norm_rows(x, weight, bias, eps)  # one loop, where the device has it
+    if y is not None:
+        return _finish(ctx, y)
     axes = _norm_axes(xm.ndim, normalized_shape)
     n = math.prod(xm.shape[a] for a in axes)
     inv_n = 1.0 / n if n else 0.0
