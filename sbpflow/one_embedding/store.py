@@ -117,6 +117,8 @@ class EmbeddingStore:
         self._line_tick = np.zeros(n, np.int64)
         self._line_dirty = np.zeros(n, bool)
         self._lines_used = 0
+        self._free = np.empty(0, np.int64)  # lines evicted ahead of need (_take_lines)
+        self._free_n = 0
         self._tick = 0
 
     @property
@@ -222,21 +224,40 @@ class EmbeddingStore:
         self._line_dirty[lines] = False
 
     def _take_lines(self, n: int, busy: np.ndarray) -> np.ndarray:
-        """n free cache lines, evicting the least recently used ones not in `busy`."""
+        """n free cache lines, evicting the least recently used ones not in `busy`.
+
+        Finding the LRU lines scans every line's tick, so a full cache evicts ahead: at
+        least 1/64 of its lines per scan, the ones not needed now kept on a free list (their
+        rows written back and gone from the cache). A cache of 10^7 lines then scans once
+        per ~10^5 misses, not once per batch."""
         assert n <= self.cache_lines, "batches are cut to the cache's size (_chunks)"
+        out = []
+        k = min(n, self._free_n)
+        if k:
+            out.append(self._free[self._free_n - k:self._free_n].copy())
+            self._free_n -= k
         used = self._lines_used
-        free = min(n, self.cache_lines - used)
-        self._grow_cache(used + free)
-        lines = np.arange(used, used + free, dtype=np.int64)
-        self._lines_used += free
-        rest = n - free
+        fresh = min(n - k, self.cache_lines - used)
+        if fresh:
+            self._grow_cache(used + fresh)
+            out.append(np.arange(used, used + fresh, dtype=np.int64))
+            self._lines_used += fresh
+        rest = n - k - fresh
         if rest:
+            never = np.iinfo(np.int64).max
             ticks = self._line_tick[:used].copy()  # victims come from lines in use before
-            ticks[busy] = np.iinfo(np.int64).max  # lines of this batch stay
-            victims = np.argpartition(ticks, rest - 1)[:rest].astype(np.int64)
+            ticks[busy] = never  # lines of this batch stay (free lines hold `never` too)
+            ahead = min(max(rest, self.cache_lines // 64), used - len(busy) - self._free_n)
+            victims = np.argpartition(ticks, ahead - 1)[:ahead].astype(np.int64)
             self._evict(victims)
-            lines = np.concatenate([lines, victims])
-        return lines
+            out.append(victims[:rest])
+            spare = victims[rest:]
+            if len(spare):
+                self._line_tick[spare] = never
+                self._free = _grown(self._free, self._free_n + len(spare), -1)
+                self._free[self._free_n:self._free_n + len(spare)] = spare
+                self._free_n += len(spare)
+        return np.concatenate(out) if len(out) != 1 else out[0]
 
     def lines(self, keys: np.ndarray, table_ids: np.ndarray | None) -> np.ndarray:
         """Cache lines holding the rows of distinct `keys`, inserting new keys (initialised
