@@ -10,6 +10,7 @@ Gradients are computed with ops, so with `create_graph=True` they are themselves
 from __future__ import annotations
 
 import heapq
+import sys
 
 from ..comm.communicator import note_backward
 from ..ops.registry import op
@@ -129,6 +130,7 @@ def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inpu
                 if deps[id(child)] == 0 and id(child) not in seen_ready:
                     seen_ready.add(id(child))
                     heapq.heappush(ready, (-child.seq, id(child), child))
+            in_grads = g = grads = None  # only the buffers hold gradients now (_only_reference)
 
     if inputs is not None:
         for i, r in enumerate(results):
@@ -198,12 +200,34 @@ def _run_leaf_hooks(leaf, g):
     return g
 
 
+# References to a gradient tensor that only the engine holds when `_only_reference` counts
+# them: run_backward's `grads` dict, _accumulate's and _only_reference's arguments, and
+# getrefcount's own.
+_ENGINE_REFS = 4
+
+
+def _only_reference(g) -> bool:
+    """Whether g (a gradient arriving at a leaf) is seen by nobody but the engine: no user
+    variable, hook or saved tensor holds it, nothing else shares its memory (its storage's
+    only referrer is g), and it is a plain contiguous local tensor.  Then leaf.grad may take
+    its memory instead of a copy, as torch's AccumulateGrad does."""
+    st = g._storage
+    return (g._base is None and g._gl is None and g._grad_fn is None and g._offset == 0
+            and g.is_contiguous() and sys.getrefcount(g) <= _ENGINE_REFS
+            and sys.getrefcount(st) <= 3)  # g's field, `st` here, getrefcount's argument
+
+
 def _accumulate(leaf, g, create_graph):
     """Add g (already through the leaf's hooks) into leaf.grad."""
     if g is None:
         return
     if leaf.grad is None:
-        leaf.grad = g if create_graph else g.detach().clone()
+        if create_graph:
+            leaf.grad = g
+        elif _only_reference(g):
+            leaf.grad = g.detach()  # torch "steals" a gradient nobody else can see: no copy
+        else:
+            leaf.grad = g.detach().clone()
     elif create_graph:
         leaf.grad = leaf.grad + g
     else:
