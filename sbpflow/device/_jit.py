@@ -320,11 +320,11 @@ def gelu_tanh_grad(dy, x, out):
 
 
 @_inline
-def _sum8(a, n):
-    """sum of a[:n] in eight float64 partial sums (independent adds, not one chain)."""
+def _sum8(a, k, n):
+    """sum of a[k:k + n] in eight float64 partial sums (independent adds, not one chain)."""
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
     n8 = n - n % 8
-    for j in range(0, n8, 8):
+    for j in range(k, k + n8, 8):
         a0 += a[j]
         a1 += a[j + 1]
         a2 += a[j + 2]
@@ -334,7 +334,7 @@ def _sum8(a, n):
         a6 += a[j + 6]
         a7 += a[j + 7]
     s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-    for j in range(n8, n):
+    for j in range(k + n8, k + n):
         s += a[j]
     return s
 
@@ -349,11 +349,11 @@ def layer_norm_rows(x, w, b, eps, out):
     for r in range(rows):
         for j in range(n):
             d[j] = np.float64(x[r, j])
-        mean = _sum8(d, n) / n
+        mean = _sum8(d, 0, n) / n
         for j in range(n):
             d[j] = d[j] - mean
             d2[j] = d[j] * d[j]
-        rstd = 1.0 / np.sqrt(_sum8(d2, n) / n + eps)
+        rstd = 1.0 / np.sqrt(_sum8(d2, 0, n) / n + eps)
         for j in range(n):
             out[r, j] = d[j] * rstd * np.float64(w[j]) + np.float64(b[j])
 
@@ -371,22 +371,37 @@ def _row_max(x, r, n):
 
 @_jit_fma
 def softmax_rows32(x, log, out):
-    """(log_)softmax over the last axis of x (R, N) float32, in float64."""
+    """(log_)softmax over the last axis of x (R, N) float32, in float64.  Rows go in blocks of
+    ~4096 elements whose exps are one flat loop, which vectorises however short the rows are
+    (attention rows of 13: one exp per row-sized loop would run mostly scalar)."""
     rows, n = x.shape
-    e = np.empty(n)
-    for r in range(rows):
-        m = _row_max(x, r, n)
-        for j in range(n):
-            e[j] = _exp_le0(np.float64(x[r, j]) - m)
-        s = _sum8(e, n)
-        if log:
-            ls = np.log(s)
+    blk = max(1, 4096 // n)
+    buf = np.empty(blk * n)
+    m = np.empty(blk)
+    for r0 in range(0, rows, blk):
+        r1 = min(rows, r0 + blk)
+        k = 0
+        for r in range(r0, r1):
+            mr = _row_max(x, r, n)
+            m[r - r0] = mr
             for j in range(n):
-                out[r, j] = np.float64(x[r, j]) - m - ls
-        else:
-            inv = 1.0 / s
-            for j in range(n):
-                out[r, j] = e[j] * inv
+                buf[k + j] = np.float64(x[r, j]) - mr
+            k += n
+        for i in range(k):
+            buf[i] = _exp_le0(buf[i])
+        k = 0
+        for r in range(r0, r1):
+            s = _sum8(buf, k, n)
+            if log:
+                mr = m[r - r0]
+                ls = np.log(s)
+                for j in range(n):
+                    out[r, j] = np.float64(x[r, j]) - mr - ls
+            else:
+                inv = 1.0 / s
+                for j in range(n):
+                    out[r, j] = buf[k + j] * inv
+            k += n
 
 
 @_jit
@@ -397,7 +412,7 @@ def softmax_rows64(x, log, out):
         m = _row_max(x, r, n)
         for j in range(n):
             e[j] = math.exp(x[r, j] - m)
-        s = _sum8(e, n)
+        s = _sum8(e, 0, n)
         if log:
             ls = math.log(s)
             for j in range(n):
