@@ -226,7 +226,8 @@ def large_table():
         print(f"  RAM per key: index and slot maps {index_b / s.num_keys:.1f} B "
               f"({gib(index_b)}), with the cache {s.ram_bytes() / s.num_keys:.1f} B "
               f"({gib(s.ram_bytes())}); RSS now {gib(mem['VmRSS'])} "
-              f"(anonymous {gib(mem['RssAnon'])}, file pages {gib(mem['RssFile'])})")
+              f"(anonymous {gib(mem['RssAnon'])}, file pages {gib(mem['RssFile'])}), "
+              f"peak so far {gib(mem['VmHWM'])}")
         opt = flow.optim.SGD(emb.parameters(), lr=0.1)
 
         def eager_step(ids, c):

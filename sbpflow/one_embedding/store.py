@@ -348,7 +348,9 @@ class EmbeddingStore:
     def flush(self) -> None:
         """Write every dirty cached row back to the file (they stay cached, clean)."""
         lines = np.flatnonzero(self._line_dirty[: self._lines_used])
-        self._write_file(self._line_slot[lines], self._cache[lines])
+        for start in range(0, len(lines), 16 * _CHUNK_ROWS):  # a copy of a piece at a time
+            part = lines[start:start + 16 * _CHUNK_ROWS]
+            self._write_file(self._line_slot[part], self._cache[part])
         self.writebacks += len(lines)
         self._line_dirty[lines] = False
         if self._mm is not None:
