@@ -420,3 +420,63 @@ def softmax_rows64(x, log, out):
         else:
             for j in range(n):
                 out[r, j] = e[j] / s
+
+
+# -- backward rows (for grad ops of layer_norm and (log_)softmax over the last axis) ------------
+@_jit
+def layer_norm_grad_rows(g, x, w, eps, gx, gw, gb):
+    """layer_norm's gradients for x, g, gx (R, N), w, gw, gb (N,), statistics recomputed
+    from x: gx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = g w;
+    gw = sum over rows of g xhat, gb = sum of g; all in float64."""
+    rows, n = x.shape
+    xh = np.empty(n)
+    dxh = np.empty(n)
+    prod = np.empty(n)
+    acc_w = np.zeros(n)
+    acc_b = np.zeros(n)
+    for r in range(rows):
+        for j in range(n):
+            xh[j] = np.float64(x[r, j])
+        mean = _sum8(xh, 0, n) / n
+        for j in range(n):
+            xh[j] = xh[j] - mean
+            prod[j] = xh[j] * xh[j]
+        rstd = 1.0 / np.sqrt(_sum8(prod, 0, n) / n + eps)
+        for j in range(n):
+            gj = np.float64(g[r, j])
+            h = xh[j] * rstd
+            xh[j] = h
+            d = gj * np.float64(w[j])
+            dxh[j] = d
+            prod[j] = d * h
+            acc_w[j] += gj * h
+            acc_b[j] += gj
+        m1 = _sum8(dxh, 0, n) / n
+        m2 = _sum8(prod, 0, n) / n
+        for j in range(n):
+            gx[r, j] = rstd * (dxh[j] - m1 - xh[j] * m2)
+    for j in range(n):
+        gw[j] = acc_w[j]
+        gb[j] = acc_b[j]
+
+
+@_jit_fma
+def softmax_grad_rows(y, g, log, gx):
+    """The input gradient of softmax (log_softmax when `log`) over the last axis from its
+    output y and output gradient g, all (R, N): softmax gx = y (g - sum(g y)), log_softmax
+    gx = g - exp(y) sum(g); sums in float64."""
+    rows, n = y.shape
+    t = np.empty(n)
+    for r in range(rows):
+        if log:
+            for j in range(n):
+                t[j] = np.float64(g[r, j])
+            s = _sum8(t, 0, n)
+            for j in range(n):
+                gx[r, j] = t[j] - _exp_le0(np.float64(y[r, j])) * s
+        else:
+            for j in range(n):
+                t[j] = np.float64(g[r, j]) * np.float64(y[r, j])
+            s = _sum8(t, 0, n)
+            for j in range(n):
+                gx[r, j] = t[j] - np.float64(y[r, j]) * s

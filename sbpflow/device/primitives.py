@@ -670,6 +670,42 @@ class Primitives:
             db.fill(0)
         return dx, dw, db
 
+    def layer_norm_grad_rows(self, g, x, weight, eps: float):
+        """layer_norm's gradients (for x, weight, bias) over x's trailing weight.ndim axes,
+        from the output gradient g and the input x (statistics recomputed), as (gx, gw, gb);
+        or None."""
+        k = weight.ndim
+        if (x.dtype not in _JIT_FLOATS or g.dtype != x.dtype or weight.dtype != x.dtype
+                or g.shape != x.shape or k < 1 or x.ndim < k
+                or x.shape[x.ndim - k:] != weight.shape or weight.size == 0
+                or not _jit.available()):
+            return None
+        n = weight.size
+        x = np.ascontiguousarray(x)
+        g = np.ascontiguousarray(g)
+        gx = self.allocator.empty(x.shape, x.dtype)
+        gw = np.empty(weight.shape, x.dtype)
+        gb = np.empty(weight.shape, x.dtype)
+        _jit.layer_norm_grad_rows(g.reshape(-1, n), x.reshape(-1, n),
+                                  np.ascontiguousarray(weight).reshape(-1), float(eps),
+                                  gx.reshape(-1, n), gw.reshape(-1), gb.reshape(-1))
+        return gx, gw, gb
+
+    def softmax_grad_rows(self, y, g, log: bool = False):
+        """The input gradient of softmax (log_softmax when `log`) over the last axis from its
+        output y and output gradient g (one shape and dtype), or None."""
+        if (y.dtype not in _JIT_FLOATS or g.dtype != y.dtype or g.shape != y.shape
+                or y.ndim < 1 or not _jit.available()):
+            return None
+        y = np.ascontiguousarray(y)
+        g = np.ascontiguousarray(g)
+        gx = self.allocator.empty(y.shape, y.dtype)
+        n = y.shape[-1]
+        if y.size:
+            _jit.softmax_grad_rows(y.reshape(-1, n), g.reshape(-1, n), bool(log),
+                                   gx.reshape(-1, n))
+        return gx
+
     # -- random ---------------------------------------------------------------------------
     def random(self, kind: str, dtype: DType, seed: int, offset: int, logical_shape,
                piece, **params):

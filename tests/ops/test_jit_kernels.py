@@ -323,3 +323,116 @@ def test_half_precision_goes_through_the_float32_loop():
     want = _gelu_ref(a.astype(np.float16), "none").astype(np.float16)
     np.testing.assert_allclose(_host(out).astype(np.float64), want.astype(np.float64),
                                rtol=1e-3, atol=1e-4)
+
+
+# -- backward rows (primitives for grad ops; the grad rules still compose ops) ---------------
+def _layer_norm_grad_ref(g, x, w, eps, k):
+    """The formula of layer_norm's grad rule (ops/nn.py), in float64."""
+    g, x, w = (a.astype(np.float64) for a in (g, x, w))
+    axes = tuple(range(x.ndim - k, x.ndim))
+    batch = tuple(range(x.ndim - k))
+    with np.errstate(all="ignore"):
+        xc = x - x.mean(axis=axes, keepdims=True)
+        rstd = 1 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
+        xhat = xc * rstd
+        dxhat = g * w
+        gx = rstd * (dxhat - dxhat.mean(axis=axes, keepdims=True)
+                     - xhat * (dxhat * xhat).mean(axis=axes, keepdims=True))
+        return gx, (g * xhat).sum(axis=batch), g.sum(axis=batch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,k", [((7,), 1), ((3, 13), 1), ((2, 5, 17), 1), ((2, 5, 17), 2),
+                                     ((33, 1), 1), ((4, 257), 1), ((0, 5), 1)])
+def test_layer_norm_grad_loop_matches_formula(dtype, shape, k):
+    x = _x(shape, dtype, 2.0) + dtype(0.5)
+    g = _x(shape, dtype, 1.0, 3)
+    w = _x(shape[-k:], dtype, 1.0, 1)
+    got = P.layer_norm_grad_rows(g, x, w, 1e-5)
+    want = _layer_norm_grad_ref(g, x, w, 1e-5, k)
+    # float32: sums over up to 33 rows (gw, gb) and x's own rounding
+    for a, b in zip(got, want, strict=True):
+        _close(a, b, dtype, atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_layer_norm_grad_loop_matches_torch():
+    import torch
+
+    x = _x((6, 11), np.float64, 2.0)
+    g = _x((6, 11), np.float64, 1.0, 3)
+    w, b = _x((11,), np.float64, 1.0, 1), _x((11,), np.float64, 1.0, 2)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    torch.nn.functional.layer_norm(tx, (11,), tw, tb, 1e-5).backward(torch.tensor(g))
+    got = P.layer_norm_grad_rows(g, x, w, 1e-5)
+    for a, t in zip(got, (tx, tw, tb), strict=True):
+        np.testing.assert_allclose(a, t.grad.numpy(), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_grad_loop_nan_rows(dtype):
+    x = _x((4, 9), dtype)
+    g = _x((4, 9), dtype, 1.0, 3)
+    x[1, 2] = np.nan
+    x[2, 5] = np.inf
+    w = _x((9,), dtype, 1.0, 1)
+    gx, gw, gb = P.layer_norm_grad_rows(g, x, w, 1e-5)
+    want = _layer_norm_grad_ref(g, x, w, 1e-5, 1)
+    assert np.isnan(gx[1:3]).all() and np.isnan(gw).all()
+    _close(gx, want[0], dtype, atol=1e-5 if dtype == np.float32 else 1e-12)
+    _close(gb, want[2], dtype, atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def _softmax_grad_ref(y, g, log):
+    """The formulas of the softmax and log_softmax grad rules (ops/nn.py), in float64."""
+    y, g = y.astype(np.float64), g.astype(np.float64)
+    if log:
+        return g - np.exp(y) * g.sum(axis=-1, keepdims=True)
+    gy = g * y
+    return gy - y * gy.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_grad_loop_matches_formula(dtype, shape, log):
+    y = _softmax_loop(_x(shape, dtype, 3.0), log)
+    g = _x(shape, dtype, 1.0, 3)
+    _close(P.softmax_grad_rows(y, g, log), _softmax_grad_ref(y, g, log), dtype,
+           atol=2e-6 if dtype == np.float32 else 1e-13)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_grad_loop_matches_torch(log):
+    import torch
+
+    x = _x((5, 13), np.float64, 3.0)
+    g = _x((5, 13), np.float64, 1.0, 3)
+    tx = torch.tensor(x, requires_grad=True)
+    f = torch.log_softmax if log else torch.softmax
+    ty = f(tx, -1)
+    ty.backward(torch.tensor(g))
+    got = P.softmax_grad_rows(ty.detach().numpy(), g, log)
+    np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_grad_loop_nan_inf_rows(dtype, log):
+    x = _x((4, 7), dtype)
+    x[1, 3] = np.nan
+    x[2, ::2] = -np.inf  # zeros of softmax (log: -inf, exp gives exact zeros)
+    y = _softmax_loop(x, log)
+    g = _x((4, 7), dtype, 1.0, 3)
+    g[3, 1] = np.inf
+    got = P.softmax_grad_rows(y, g, log)
+    want = _softmax_grad_ref(y, g, log)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    _close(got, want, dtype, atol=2e-6 if dtype == np.float32 else 1e-13)
+
+
+def test_backward_loops_decline():
+    a = np.ones((2, 3), np.float32)
+    assert P.layer_norm_grad_rows(a, a, np.ones(3, np.float64), 1e-5) is None
+    assert P.layer_norm_grad_rows(a[:1], a, np.ones(3, np.float32), 1e-5) is None
+    assert P.softmax_grad_rows(a, a.astype(np.float64)) is None
+    assert P.softmax_grad_rows(a.astype(np.float16), a.astype(np.float16)) is None
