@@ -514,17 +514,18 @@ def _to_input_dtype(ctx, g):
 def _softmax_grad(ctx, g):
     y = ctx.output(0)
     dim = ctx.attrs["dim"]
-    gy = g * y
     if ctx.in_metas[0].ndim == 0:
+        gy = g * y
         return (_to_input_dtype(ctx, gy - y * gy),)
-    return (_to_input_dtype(ctx, gy - y * op("sum", gy, dim=dim, keepdim=True)),)
+    return (_to_input_dtype(ctx, op("softmax_grad", g, y, dim=dim)),)
 
 
 def _log_softmax_grad(ctx, g):
     y = ctx.output(0)
     dim = ctx.attrs["dim"]
-    total = g if ctx.in_metas[0].ndim == 0 else op("sum", g, dim=dim, keepdim=True)
-    return (_to_input_dtype(ctx, g - op("exp", y) * total),)
+    if ctx.in_metas[0].ndim == 0:
+        return (_to_input_dtype(ctx, g - op("exp", y) * g),)
+    return (_to_input_dtype(ctx, op("log_softmax_grad", g, y, dim=dim)),)
 
 
 def _softmax_sbp(x, dim, dtype=None):
@@ -569,6 +570,115 @@ for _name, _grad in (("softmax", _softmax_grad), ("log_softmax", _log_softmax_gr
         sbp=_softmax_sbp,
         reference=_softmax_reference(_name),
         samples=_softmax_samples,
+    ))
+
+
+# softmax_grad, log_softmax_grad (OneFlow's ops of the same names): the input gradient from
+# the output y and its gradient g, one loop per row over the last axis where the device has
+# it.  softmax: g y - y sum(g y); log_softmax: g - exp(y) sum(g) (sums over dim).
+def _softmax_grad_meta(name):
+    def meta(g, y, dim):
+        normalize_dim(name, dim, y.ndim)
+        if g.shape != y.shape or g.dtype is not y.dtype:
+            raise op_error(name, f"grad_output {list(g.shape)} {g.dtype.name} must match "
+                           f"output {list(y.shape)} {y.dtype.name}")
+        require_float(name, "output", y)
+        return y
+
+    return meta
+
+
+def _softmax_grad_kernel(log):
+    def kernel(ctx, g, y, dim):
+        ym = ctx.in_metas[1]
+        k, (g, y) = _in_compute(ctx, (g, y))
+        axis = normalize_dim("", dim, ym.ndim)
+        if axis == ym.ndim - 1:
+            gx = k.p.softmax_grad_rows(y, g, log)  # one loop, where the device has it
+            if gx is not None:
+                return _finish(ctx, gx)
+        if log:
+            return _finish(ctx, k.sub(g, k.mul(k.u("exp", y), k.sum(g, (axis,), True))))
+        gy = k.mul(g, y)
+        return _finish(ctx, k.sub(gy, k.mul(y, k.sum(gy, (axis,), True))))
+
+    return kernel
+
+
+def _softmax_grad_grad(ctx, gg):
+    # softmax_grad(g, y) = y (g - s), s = sum(g y): linear in g, and self-adjoint there;
+    # d/dy <gg, .> = gg (g - s) - g sum(gg y)
+    y = ctx.input(1)
+    dim = ctx.attrs["dim"]
+    d_g = op("softmax_grad", gg, y, dim=dim) if ctx.needs_input_grad[0] else None
+    d_y = None
+    if ctx.needs_input_grad[1]:
+        g = ctx.input(0)  # (saved only for this gradient)
+        s = op("sum", g * y, dim=dim, keepdim=True)
+        d_y = gg * (g - s) - g * op("sum", gg * y, dim=dim, keepdim=True)
+    return d_g, d_y
+
+
+def _log_softmax_grad_grad(ctx, gg):
+    # log_softmax_grad(g, y) = g - exp(y) sum(g): d/dg <gg, .> = gg - sum(gg exp(y)),
+    # d/dy <gg, .> = -gg exp(y) sum(g)
+    dim = ctx.attrs["dim"]
+    e = op("exp", ctx.input(1))
+    d_g = d_y = None
+    if ctx.needs_input_grad[0]:
+        d_g = gg - op("sum", gg * e, dim=dim, keepdim=True)
+    if ctx.needs_input_grad[1]:
+        g = ctx.input(0)  # (saved only for this gradient)
+        d_y = -(gg * e * op("sum", g, dim=dim, keepdim=True))
+    return d_g, d_y
+
+
+def _softmax_grad_sbp(g, y, dim):
+    d = normalize_dim("softmax_grad", dim, y.ndim)
+    sigs = [Signature((B, B), (B,))]
+    for i, n in enumerate(y.shape):
+        if i != d and n > 1:
+            sigs.append(Signature((Split(i), Split(i)), (Split(i),)))  # rows are independent
+    sigs.append(Signature((P, B), (P,)))  # linear in grad_output
+    return sigs
+
+
+def _softmax_grad_samples(log):
+    def samples(rng):
+        def case(shape, dim, dtype=np.float64, **kw):
+            x = _rand(rng, *shape, dtype=dtype)
+            m = x.max(axis=dim, keepdims=True)
+            ls = x - m - np.log(np.exp(x - m).sum(axis=dim, keepdims=True))
+            y = (ls if log else np.exp(ls)).astype(dtype)
+            return Sample(_rand(rng, *shape, dtype=dtype), y, dim=dim, **kw)
+
+        return [case((3, 5), 1), case((2, 3, 4), 0), case((2, 3, 13), -1),
+                case((4, 7), -1, np.float32, grad=False)]
+
+    return samples
+
+
+def _softmax_grad_reference(aten_name):
+    def ref(torch, g, y, dim):
+        return getattr(torch.ops.aten, aten_name)(g, y, dim, g.dtype)
+
+    return ref
+
+
+for _name, _log, _gg in (("softmax_grad", False, _softmax_grad_grad),
+                         ("log_softmax_grad", True, _log_softmax_grad_grad)):
+    register(OpDef(
+        _name,
+        inputs=("grad_output", "output"),
+        attrs={"dim": Attr("int")},
+        infer_meta=_softmax_grad_meta(_name),
+        kernel=_softmax_grad_kernel(_log),
+        grad=_gg,
+        saves=("grad_output for output", "output"),
+        sbp=_softmax_grad_sbp,
+        reference=_softmax_grad_reference(
+            "_log_softmax_backward_data" if _log else "_softmax_backward_data"),
+        samples=_softmax_grad_samples(_log),
     ))
 
 

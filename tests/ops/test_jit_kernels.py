@@ -291,10 +291,12 @@ def test_ops_take_the_loops(dtype):
         out.sum().backward()
         return out, x.grad
 
-    names = ("gelu", "gelu_grad", "layer_norm_rows", "softmax_rows")
+    names = ("gelu", "gelu_grad", "layer_norm_rows", "softmax_rows", "softmax_grad_rows")
     (out, grad), calls = _count(run, names)
-    # forward: two gelus, a layer_norm and two softmaxes; backward: the two gelus' grads
-    assert calls == {"gelu": 2, "gelu_grad": 2, "layer_norm_rows": 1, "softmax_rows": 2}
+    # forward: two gelus, a layer_norm and two softmaxes; backward: the two gelus' and the two
+    # softmaxes' grads (layer_norm's grad rule still composes ops)
+    assert calls == {"gelu": 2, "gelu_grad": 2, "layer_norm_rows": 1, "softmax_rows": 2,
+                     "softmax_grad_rows": 2}
     cpu_out, cpu_grad = run("cpu")
     np.testing.assert_array_equal(_host(out), _host(cpu_out))
     np.testing.assert_array_equal(_host(grad), _host(cpu_grad))
@@ -325,7 +327,7 @@ def test_half_precision_goes_through_the_float32_loop():
                                rtol=1e-3, atol=1e-4)
 
 
-# -- backward rows (primitives for grad ops; the grad rules still compose ops) ---------------
+# -- backward rows: softmax_grad / log_softmax_grad ops; layer_norm's not called yet ---------
 def _layer_norm_grad_ref(g, x, w, eps, k):
     """The formula of layer_norm's grad rule (ops/nn.py), in float64."""
     g, x, w = (a.astype(np.float64) for a in (g, x, w))
@@ -436,3 +438,26 @@ def test_backward_loops_decline():
     assert P.layer_norm_grad_rows(a[:1], a, np.ones(3, np.float32), 1e-5) is None
     assert P.softmax_grad_rows(a, a.astype(np.float64)) is None
     assert P.softmax_grad_rows(a.astype(np.float16), a.astype(np.float16)) is None
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_backward_through_the_grad_op_matches_torch(log):
+    import torch
+
+    a = _x((3, 4, 13), np.float64, 3.0)
+    gy = _x((3, 4, 13), np.float64, 1.0, 3)
+    f = F.log_softmax if log else F.softmax
+    x = flow.tensor(a, requires_grad=True)
+    f(x, dim=-1).backward(flow.tensor(gy))
+    tx = torch.tensor(a, requires_grad=True)
+    (torch.log_softmax if log else torch.softmax)(tx, -1).backward(torch.tensor(gy))
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-14)
+    # double backward (the grad op's own grad rule, written with ops)
+    x = flow.tensor(a, requires_grad=True)
+    (gx,) = flow.autograd.grad(f(x, dim=-1), x, flow.tensor(gy), create_graph=True)
+    (gx * gx).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    (tgx,) = torch.autograd.grad((torch.log_softmax if log else torch.softmax)(tx, -1), tx,
+                                 torch.tensor(gy), create_graph=True)
+    (tgx * tgx).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
