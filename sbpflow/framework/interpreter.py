@@ -696,6 +696,7 @@ def set_global_apply(fn) -> None:
 
 _builder = InstructionsBuilder()
 registry.set_dispatcher(apply)
+registry.set_grad_mode_query(is_grad_enabled)
 # autograd.Function.apply tells tensor arguments apart by this type (autograd can't import it).
 _set_function_tensor_type(Tensor)
 

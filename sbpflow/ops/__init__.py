@@ -1,6 +1,7 @@
 """The op registry.  Importing this package registers every op."""
 
 from . import (  # noqa: F401
+    batch_norm,
     conv,
     creation,
     elementwise,

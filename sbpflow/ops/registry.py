@@ -415,6 +415,26 @@ def set_dispatcher(fn: Callable[..., Any]) -> None:
     _dispatch = fn
 
 
+def _never() -> bool:
+    return False
+
+
+_differentiating: Callable[[], bool] = _never
+
+
+def set_grad_mode_query(fn: Callable[[], bool]) -> None:
+    """Installed by the framework: fn() tells whether ops now record autograd (grad mode)."""
+    global _differentiating
+    _differentiating = fn
+
+
+def differentiating() -> bool:
+    """Whether op results are being recorded for autograd now.  A grad rule sees True only
+    while a double backward is being built (`create_graph=True`): it may then compose
+    differentiable ops instead of calling a fused, non-differentiable gradient op."""
+    return _differentiating()
+
+
 def op(name: str, *inputs, _device=None, **attrs):
     """Call a registered op on tensors; used by grad rules.  `_device` places ops that have
     no tensor inputs (creation ops)."""

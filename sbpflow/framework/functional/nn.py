@@ -510,6 +510,14 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         if count <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input "
                              f"size {input.shape}")
+        if (weight is not None and bias is not None and input._gl is None
+                and input.dtype in _BN_FUSED and weight.dtype is input.dtype
+                and bias.dtype is input.dtype):
+            # One op (a fused loop per channel) and one gradient op; global tensors, half
+            # types and affine=False keep the composition below, whose sums box as partials.
+            y, mean, var = call("batch_norm", input, weight, bias, eps=eps)
+            _update_running_stats(running_mean, running_var, mean, var, momentum, count)
+            return y
         mean = input.sum(dim=axes, keepdim=True) * (1.0 / count)
         centered = input - mean
         var = (centered * centered).sum(dim=axes, keepdim=True) * (1.0 / count)
@@ -522,6 +530,9 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         centered = input - mean
     y = centered * call("rsqrt", var + eps)
     return _channel_affine(y, weight, bias, input.ndim)
+
+
+_BN_FUSED = (dt.float32, dt.float64)
 
 
 def _update_running_stats(running_mean, running_var, mean, var, momentum, count):
