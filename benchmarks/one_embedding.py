@@ -254,6 +254,7 @@ def large_table():
         for mode, step in runs:
             ids, c = next(gen)
             step(ids * spread + 3, c)  # warm-up (the graph compiles at its first call)
+            print(f"  after a warm-up step ({mode}): peak so far {gib(memory()['VmHWM'])}")
             h0, m0, e0, w0 = s.hits, s.misses, s.evictions, s.writebacks
             t0 = time.perf_counter()
             half = None
@@ -271,7 +272,7 @@ def large_table():
                   f"hit rate {hits / max(1, hits + misses):.1%} (second half {late:.1%}); "
                   f"{s.evictions - e0:,} evictions, {s.writebacks - w0:,} write-backs; RSS "
                   f"{gib(mem['VmRSS'])} (anonymous {gib(mem['RssAnon'])}, file pages "
-                  f"{gib(mem['RssFile'])})")
+                  f"{gib(mem['RssFile'])}), peak so far {gib(mem['VmHWM'])}")
         s.flush()
         mem = memory()
         disk = os.stat(os.path.join(s.path, "values")).st_blocks * 512
