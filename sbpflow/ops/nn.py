@@ -23,7 +23,7 @@ from .._core.errors import normalize_dim, op_error
 from .._core.meta import TensorMeta
 from ..sbp import B, P, Signature, Split, einsum_signatures, elementwise_signatures
 from ._util import cast_array, require_float, unbroadcast
-from .registry import Attr, OpDef, Sample, op, register
+from .registry import Attr, OpDef, Sample, differentiating, op, register
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -729,9 +729,16 @@ def _layer_norm_kernel(ctx, x, weight, bias, normalized_shape, eps):
 
 def _layer_norm_grad(ctx, g):
     """Recomputes the statistics from the saved input (one fused forward, no extra outputs):
-    dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * weight."""
+    dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = g * weight.
+    A plain backward runs it as one `layer_norm_grad` op; a double backward (grad mode on)
+    composes differentiable ops."""
     xm = ctx.in_metas[0]
     ns, eps = ctx.attrs["normalized_shape"], ctx.attrs["eps"]
+    if not differentiating():
+        gx, gw, gb = op("layer_norm_grad", g, ctx.input(0), ctx.input(1),
+                        normalized_shape=ns, eps=eps)
+        need = ctx.needs_input_grad
+        return gx if need[0] else None, gw if need[1] else None, gb if need[2] else None
     axes = _norm_axes(xm.ndim, ns)
     batch = tuple(range(xm.ndim - len(ns)))
     inv_n = 1.0 / max(math.prod(ns), 1)
@@ -786,11 +793,81 @@ register(OpDef(
     infer_meta=_layer_norm_meta,
     kernel=_layer_norm_kernel,
     grad=_layer_norm_grad,
-    saves=("input", "weight for input"),
+    saves=("input", "weight"),
     sbp=_layer_norm_sbp,
     reference=lambda torch, x, w, b, normalized_shape, eps=1e-5: torch.nn.functional.layer_norm(
         x, normalized_shape, w, b, eps),
     samples=_layer_norm_samples,
+))
+
+
+def _layer_norm_grad_meta(g, x, weight, normalized_shape, eps):
+    _layer_norm_meta(x, weight, weight, normalized_shape, eps)
+    if g != x:
+        raise op_error("layer_norm_grad", f"argument 'grad' must match input "
+                                          f"({list(x.shape)}, {x.dtype.name}), got "
+                                          f"{list(g.shape)}, {g.dtype.name}")
+    return x, weight, weight
+
+
+def _layer_norm_grad_kernel(ctx, g, x, weight, normalized_shape, eps):
+    xm = ctx.in_metas[1]
+    out = ctx.prims.layer_norm_grad_rows(g, x, weight, eps)  # one loop, where it exists
+    if out is not None:
+        return out
+    k, (g, x, weight) = _in_compute(ctx, (g, x, weight), ctx.in_metas)
+    axes = _norm_axes(xm.ndim, normalized_shape)
+    batch = tuple(range(xm.ndim - len(normalized_shape)))
+    inv_n = 1.0 / max(math.prod(normalized_shape), 1)
+    xc = k.sub(x, k.mul(k.sum(x, axes, True), inv_n))
+    rstd = k.u("rsqrt", k.add(k.mul(k.sum(k.mul(xc, xc), axes, True), inv_n), eps))
+    xhat = k.mul(xc, rstd)
+    dxhat = k.mul(g, weight)
+    m1 = k.mul(k.sum(dxhat, axes, True), inv_n)
+    m2 = k.mul(k.sum(k.mul(dxhat, xhat), axes, True), inv_n)
+    gx = k.mul(rstd, k.sub(k.sub(dxhat, m1), k.mul(xhat, m2)))
+    gw = k.sum(k.mul(g, xhat), batch) if batch else k.mul(g, xhat)
+    gb = k.sum(g, batch) if batch else g
+    return _finish(ctx, gx, 0), _finish(ctx, gw, 1), _finish(ctx, ctx.prims.contiguous(gb), 2)
+
+
+def _layer_norm_grad_sbp(g, x, weight, normalized_shape, eps):
+    sigs = [Signature((B, B, B), (B, B, B))]
+    for i in range(x.ndim - len(normalized_shape)):
+        if x.shape[i] > 1:
+            # Rows are independent; the weight and bias gradients sum over rows: partial.
+            sigs.append(Signature((Split(i), Split(i), B), (Split(i), P, P)))
+    sigs.append(Signature((P, B, B), (P, P, P)))  # linear in the output gradient
+    return sigs
+
+
+def _torch_layer_norm_grad(torch, g, x, w, normalized_shape, eps=1e-5):
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    b = torch.zeros_like(w, requires_grad=True)
+    y = torch.nn.functional.layer_norm(x, normalized_shape, w, b, eps)
+    return torch.autograd.grad(y, (x, w, b), g)
+
+
+def _layer_norm_grad_samples(rng):
+    def case(shape, ns, dtype=np.float64, **kw):
+        return Sample(_rand(rng, *shape, dtype=dtype), _rand(rng, *shape, dtype=dtype) * 2 + 0.5,
+                      _rand(rng, *ns, dtype=dtype), normalized_shape=ns, grad=False, **kw)
+
+    return [case((3, 5), (5,)), case((2, 3, 4), (3, 4), eps=1e-3),
+            case((4, 6), (6,), dtype=np.float32)]
+
+
+register(OpDef(
+    "layer_norm_grad",
+    inputs=("grad", "input", "weight"),
+    outputs=("grad_input", "grad_weight", "grad_bias"),
+    attrs={"normalized_shape": Attr("ints"), "eps": Attr("float", 1e-5)},
+    infer_meta=_layer_norm_grad_meta,
+    kernel=_layer_norm_grad_kernel,
+    sbp=_layer_norm_grad_sbp,
+    reference=_torch_layer_norm_grad,
+    samples=_layer_norm_grad_samples,
+    doc="layer_norm's gradients for input, weight and bias (statistics recomputed from input).",
 ))
 
 
