@@ -3,10 +3,11 @@ embedding_bag, one_hot and the loss cores (nll_loss, binary_cross_entropy, ctc_l
 
 The hot ops (relu, gelu, softmax, log_softmax, layer_norm, nll_loss) run as one kernel each;
 their grads are written with ops so double backward works.  Where a backward is itself hot or
-needs a scatter (gelu, nll_loss, embedding) it is an op of its own (`gelu_grad`,
-`nll_loss_grad`, `embedding_grad`, as OneFlow's `*_grad` ops), whose grad is again written with
-ops.  Composite functions (losses, attention, group/batch norm) live in
-`framework/functional/nn.py`.
+needs a scatter it is an op of its own, as OneFlow's `*_grad` ops: `gelu_grad`,
+`softmax_grad`, `log_softmax_grad`, `nll_loss_grad`, `embedding_grad` (whose grads are again
+written with ops), and `layer_norm_grad`, used by a plain backward only (a double backward
+composes differentiable ops instead).  Composite functions (losses, attention, group norm)
+live in `framework/functional/nn.py`; training-mode batch norm is `ops/batch_norm.py`.
 
 Half-precision inputs are computed in float32 and rounded once at the end, as torch's CPU
 kernels accumulate in float32.
