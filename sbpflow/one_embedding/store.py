@@ -40,6 +40,7 @@ from ._hash import KeyIndex, initial_values
 _MAGIC = b"SBPFLOW-ONE-EMBEDDING-SNAPSHOT-1\n"
 _CHUNK_ROWS = 1 << 16
 _RELEASE_BYTES = 256 << 20  # mapped value-file pages kept resident before a release
+_IO_ROWS = 1 << 14  # rows per file read or write between release checks (<= 64 MB of pages)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -187,19 +188,26 @@ class EmbeddingStore:
             self._mapped_base = _resident_file_bytes()
 
     def _read_file(self, slots: np.ndarray) -> np.ndarray:
-        rows = self._rows2d[slots] if self._rows2d is not None else self._mm[
-            self._offsets(slots)]
-        self._touched()
-        return rows
+        if len(slots) <= _IO_ROWS:
+            rows = self._rows2d[slots] if self._rows2d is not None else self._mm[
+                self._offsets(slots)]
+            self._touched()
+            return rows
+        return np.concatenate([self._read_file(slots[i:i + _IO_ROWS])
+                               for i in range(0, len(slots), _IO_ROWS)])
 
     def _write_file(self, slots: np.ndarray, rows: np.ndarray) -> None:
         if len(slots):
             self._ensure_file(int(slots.max()) + 1)
-            if self._rows2d is not None:
-                self._rows2d[slots] = rows
-            else:
-                self._mm[self._offsets(slots)] = rows
-            self._touched()
+            # In pieces: each random row written maps a page, so a big write-back would
+            # map gigabytes before the next release
+            for i in range(0, len(slots), _IO_ROWS):
+                part = slots[i:i + _IO_ROWS]
+                if self._rows2d is not None:
+                    self._rows2d[part] = rows[i:i + _IO_ROWS]
+                else:
+                    self._mm[self._offsets(part)] = rows[i:i + _IO_ROWS]
+                self._touched()
 
     # -- the cache ------------------------------------------------------------------------
     def _grow_cache(self, need: int) -> None:
