@@ -1,8 +1,8 @@
 """numba loops for batch normalisation in training mode, over x viewed as (N, C, L).
 
 Per channel: the forward reads x twice (the mean, then the centred sum of squares, both
-accumulated in float64) and writes y once; the backward reads (g, x) once for the two channel
-sums and once more to write dx.  The composed NumPy form makes about eight full-size passes
+accumulated in float64) and writes y once; the backward reads (g, x) for the two channel sums
+and once more to write dx.  The composed NumPy form makes about eight full-size passes
 forward and fifteen backward, each with a temporary.  `available()` is False without numba.
 """
 
@@ -50,34 +50,35 @@ def bn_backward(g, x, w, mean, var, gm, gv, eps, dx, dw, db):
     """The gradients of bn_forward's three outputs (g for y, gm for mean, gv for var) with
     respect to x, w and b:
         dx = w*rstd * (g - mean(g) - xhat * mean(g*xhat)) + gm/count + gv * 2 (x - m)/count
-        dw = sum(g * xhat),  db = sum(g)."""
+        dw = sum(g * xhat),  db = sum(g).
+    dx is affine in (g, x) per channel, so the last pass is dx = g*k + x*p + q."""
     n, c, L = x.shape
     count = n * L
     for ci in range(c):
         m = mean[ci]
         rstd = 1.0 / math.sqrt(var[ci] + eps)
         sg = 0.0
+        for i in range(n):
+            for j in range(L):
+                sg += g[i, ci, j]
         sgx = 0.0
         for i in range(n):
             for j in range(L):
-                gij = g[i, ci, j]
-                sg += gij
-                sgx += gij * (x[i, ci, j] - m)
+                sgx += g[i, ci, j] * (x[i, ci, j] - m)
         sgx *= rstd
         db[ci] = sg
         dw[ci] = sgx
         k = w[ci] * rstd
-        a = sg / count
-        bcoef = sgx / count
-        cm = gm[ci] / count
-        cv = 2.0 * gv[ci] / count
+        p = 2.0 * gv[ci] / count - k * rstd * sgx / count
+        q = gm[ci] / count - k * sg / count - m * p
         for i in range(n):
             for j in range(L):
-                d = x[i, ci, j] - m
-                dx[i, ci, j] = k * (g[i, ci, j] - a - d * rstd * bcoef) + cm + cv * d
+                dx[i, ci, j] = g[i, ci, j] * k + x[i, ci, j] * p + q
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+    # reassoc: the channel sums may be reordered, so LLVM vectorises them (8 float64 lanes
+    # of partial sums instead of one serial chain: about 3x faster here).
+    _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
     bn_forward = _jit(bn_forward)
     bn_backward = _jit(bn_backward)
