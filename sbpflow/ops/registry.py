@@ -11,6 +11,7 @@ arguments; the framework layer installs the dispatcher, so this layer never impo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
@@ -426,6 +427,18 @@ def set_grad_mode_query(fn: Callable[[], bool]) -> None:
     """Installed by the framework: fn() tells whether ops now record autograd (grad mode)."""
     global _differentiating
     _differentiating = fn
+
+
+@contextlib.contextmanager
+def plain_backward():
+    """Within: grad rules build a first-order backward whatever the grad mode (the graph's
+    autograd pass, which never builds a double backward), so they may use fused gradient ops."""
+    global _differentiating
+    previous, _differentiating = _differentiating, _never
+    try:
+        yield
+    finally:
+        _differentiating = previous
 
 
 def differentiating() -> bool:

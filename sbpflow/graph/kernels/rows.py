@@ -1,6 +1,7 @@
 """One pass per row over the last axis: `row_layer_norm`, `row_softmax`, `row_log_softmax`,
-`row_sum`; and `row_layer_norm_grad`, `row_embedding_grad`, `col_sum` (a sum over leading
-axes).
+`row_sum`; and `row_embedding_grad`, `col_sum` (a sum over leading axes).  (layer_norm's
+backward needs no graph kernel: the graph's backward calls the `layer_norm_grad` op, a row
+loop of the device layer, as eager does.)
 
 The fusion pass (`fuse_elementwise.swap_row_ops`) turns a `layer_norm` over the last axis, or a
 `softmax`/`log_softmax` (or a `sum`) over the last dim without a dtype change, of a float32/64
@@ -181,111 +182,6 @@ def embedding_grad(g, idx, out):
 
 
 @_jit()
-def layer_norm_grad(g, x, w, eps, gx, gw, gb):
-    rows, n = x.shape
-    aw = np.zeros(n)
-    ab = np.zeros(n)
-    d = np.empty(n)
-    d2 = np.empty(n)
-    dxh = np.empty(n)
-    for r in range(rows):
-        for j in range(n):
-            d[j] = np.float64(x[r, j])
-        mean = _rsum(d, n) / n
-        for j in range(n):
-            d[j] = d[j] - mean
-            d2[j] = d[j] * d[j]
-        rstd = 1.0 / np.sqrt(_rsum(d2, n) / n + eps)
-        for j in range(n):
-            xh = d[j] * rstd
-            gj = np.float64(g[r, j])
-            d[j] = xh
-            dxh[j] = gj * np.float64(w[j])
-            d2[j] = dxh[j] * xh
-            aw[j] += gj * xh
-            ab[j] += gj
-        m1 = _rsum(dxh, n) / n
-        m2 = _rsum(d2, n) / n
-        for j in range(n):
-            gx[r, j] = rstd * (dxh[j] - m1 - d[j] * m2)
-    for j in range(n):
-        gw[j] = aw[j]
-        gb[j] = ab[j]
-
-
-# The ops layer_norm's grad rule (ops/nn.py) writes for x, weight and bias all needing grads.
-_LN_GRAD_OPS = {"mul": 7, "sum": 6, "mul_scalar": 4, "sub": 3, "add_scalar": 1, "rsqrt": 1}
-
-
-def fuse_layer_norm_grads(job, jit_min) -> int:
-    """Replace the backward ops of an eligible layer_norm (its grad rule's 22 ops under the
-    forward op's `-backward` scope and line, reading exactly x, weight and the output grad)
-    by one `row_layer_norm_grad` op with the same three gradient tensors.  Returns how many."""
-    from collections import Counter, defaultdict
-
-    groups = defaultdict(list)
-    for op in job.ops:
-        groups[(op.scope, op.loc)].append(op)
-    consumers = job.consumers()
-    protected = set(job.loss) | set(job.grads.values())
-    replace, drop = {}, set()
-    for ln in job.ops:
-        if (ln.op_type != "layer_norm" or not eligible(job, ln)
-                or job.tensors[ln.inputs[0]].meta.numel < jit_min):
-            continue
-        ops = groups.get((f"{ln.scope}-backward" if ln.scope else "backward", ln.loc), [])
-        # adds there sum the output's gradients (several readers): they make g, and stay
-        ops = [op for op in ops if op.op_type != "add"]
-        if Counter(op.op_type for op in ops) != _LN_GRAD_OPS:
-            continue
-        names = {op.name for op in ops}
-        made = {o: op for op in ops for o in op.outputs}
-        ext = {t for op in ops for t in op.inputs if t not in made}
-        x, w = ln.inputs[0], ln.inputs[1]
-        if len(ext) != 3 or x not in ext or w not in ext:
-            continue
-        (g,) = ext - {x, w}
-        xm = job.tensors[x].meta
-        if job.tensors[g].meta.shape != xm.shape or job.tensors[g].dtype is not xm.dtype:
-            continue
-        outs = [t for t in made if t in protected
-                or any(c.name not in names for c in consumers.get(t, ()))]
-        gx = [t for t in outs if job.tensors[t].shape == xm.shape]
-        gb = [t for t in outs if made[t].op_type == "sum" and made[t].inputs == (g,)]
-        gw = [t for t in outs if t not in gx and t not in gb]
-        n = xm.shape[-1]
-        if (len(outs) != 3 or len(gx) != 1 or len(gb) != 1 or len(gw) != 1
-                or any(job.tensors[t].shape != (n,) for t in gw + gb)
-                or any(job.tensors[t].dtype is not xm.dtype for t in outs)):
-            continue
-        last = max(ops, key=job.ops.index)
-        node = ir.OpNode(job.new_name(f"{ops[0].scope}-row_layer_norm_grad"),
-                         "row_layer_norm_grad", (g, x, w), (gx[0], gw[0], gb[0]),
-                         {"eps": ln.attrs["eps"], "normalized_shape": (n,)}, ops[0].scope,
-                         ln.loc)
-        replace[last.name] = node
-        drop |= names
-    if not replace:
-        return 0
-    keep = {t for node in replace.values() for t in node.outputs}
-    new_ops = []
-    for op in job.ops:
-        if op.name in drop:
-            for o in op.outputs:
-                if o not in keep:
-                    job.tensors.pop(o, None)
-        if op.name in replace:
-            node = replace[op.name]
-            for t in node.outputs:
-                job.tensors[t].producer = node.name
-            new_ops.append(node)
-        elif op.name not in drop:
-            new_ops.append(op)
-    job.ops = new_ops
-    return len(replace)
-
-
-@_jit()
 def col_sum(x, out):
     # a sum over leading axes: rows added in order into float64 column accumulators
     rows, n = x.shape
@@ -366,20 +262,6 @@ def resolve(node, job=None):
     attrs = dict(node.attrs)
     eager = None
 
-    if kind == "row_layer_norm_grad":
-        eps = float(attrs["eps"])
-
-        def kernel(ctx, g, x, w, out=None, **_kw):
-            shape = ctx.out_metas[0].shape
-            n = shape[-1]
-            gx = np.empty(shape, x.dtype)
-            gw = np.empty((n,), x.dtype)
-            gb = np.empty((n,), x.dtype)
-            layer_norm_grad(_rows(g, n), _rows(x, n), np.ascontiguousarray(w), eps,
-                            gx.reshape(-1, n), gw, gb)
-            return gx, gw, gb
-
-        return kernel
     if kind == "row_layer_norm":
         eps = float(attrs["eps"])
 
@@ -429,5 +311,5 @@ def resolve(node, job=None):
     return kernel
 
 
-for _t in (*ROW_OPS.values(), "row_layer_norm_grad", "col_sum"):
+for _t in (*ROW_OPS.values(), "col_sum"):
     ir.KERNEL_RESOLVERS[_t] = resolve

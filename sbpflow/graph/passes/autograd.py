@@ -102,7 +102,9 @@ def run(job: Job) -> None:
         grads[name] = [g]
         return g
 
-    with trace.active():
+    # One first-order backward: grad rules may use their fused gradient ops (batch_norm_grad,
+    # layer_norm_grad), the same ops an eager backward runs.
+    with trace.active(), registry.plain_backward():
         for loss in job.loss:
             meta = job.tensors[loss].meta
             with trace.scope("backward"):

@@ -228,12 +228,12 @@ def run(job) -> None:
 
 
 def swap_row_ops(job, jit_min=_JIT_MIN_NUMEL) -> int:
-    """layer_norm over the last axis (and its grad rule's ops), softmax/log_softmax and sum
-    over the last dim, sum over leading axes, embedding_grad (float32/64, at least `jit_min`
-    elements) become their numba kernels (`graph/kernels/rows.py`); returns how many."""
+    """layer_norm over the last axis, softmax/log_softmax and sum over the last dim, sum over
+    leading axes, embedding_grad (float32/64, at least `jit_min` elements) become their numba
+    kernels (`graph/kernels/rows.py`); returns how many."""
     if not _numba_available():
         return 0
-    n = rows.fuse_layer_norm_grads(job, jit_min)
+    n = 0
     for op in job.ops:
         if (op.op_type in rows.ROW_OPS
                 and job.tensors[op.inputs[0]].meta.numel >= jit_min
