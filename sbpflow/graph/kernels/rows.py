@@ -9,9 +9,9 @@ tensor into these op types (same inputs, outputs and attrs).  Each is a numba lo
 reads a row, computes its statistics and writes it once, instead of the eager kernel's ~8
 NumPy passes with temporaries.  Statistics are accumulated in float64, so results are within float
 rounding of eager, not bitwise.  float32 exp uses a branch-free polynomial that LLVM
-vectorises (`_exp_neg`: relative error ~1e-13, far below float32's rounding; multiply-adds
-contracted to FMAs); float64 uses libm's.  Compiled with numba's on-disk cache on first use
-(~1 s per dtype in the first process; later processes load it).
+vectorises (the device loops' `_exp_le0`: relative error ~1e-13, far below float32's
+rounding; multiply-adds contracted to FMAs); float64 uses libm's.  Compiled with numba's
+on-disk cache on first use (~1 s per dtype in the first process; later processes load it).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ...device._jit import _exp_le0, _sum8
 from .. import ir
 
 ROW_OPS = {"layer_norm": "row_layer_norm", "softmax": "row_softmax",
@@ -41,46 +42,6 @@ def _jit(**flags):
     return wrap
 
 
-# exp(y) for y <= 0: (Taylor polynomial of y / 1024)^1024 on y >= -745 (s in [-0.73, 0]:
-# degree 14 leaves 7e-15 relative, 1024x after the squarings), 0 below and at -inf; NaN stays.
-def _exp_neg(y):
-    s = y * 0.0009765625
-    q = (((((((((((((1.1470745597729725e-11 * s + 1.6059043836821613e-10) * s
-                    + 2.08767569878681e-09) * s + 2.505210838544172e-08) * s
-                  + 2.755731922398589e-07) * s + 2.7557319223985893e-06) * s
-                + 2.48015873015873e-05) * s + 0.0001984126984126984) * s
-              + 0.001388888888888889) * s + 0.008333333333333333) * s
-            + 0.041666666666666664) * s + 0.16666666666666666) * s + 0.5) * s + 1.0) * s + 1.0
-    for _ in range(10):
-        q = q * q
-    return 0.0 if y < -745.0 else q
-
-
-if numba is not None:
-    _exp_neg = numba.njit(inline="always", error_model="numpy")(_exp_neg)
-
-
-def _rsum(a, n):
-    # eight partial sums: independent adds instead of one chain waiting on each add
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-    n8 = n - n % 8
-    for j in range(0, n8, 8):
-        a0 += a[j]
-        a1 += a[j + 1]
-        a2 += a[j + 2]
-        a3 += a[j + 3]
-        a4 += a[j + 4]
-        a5 += a[j + 5]
-        a6 += a[j + 6]
-        a7 += a[j + 7]
-    s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-    for j in range(n8, n):
-        s += a[j]
-    return s
-
-
-if numba is not None:
-    _rsum = numba.njit(inline="always", error_model="numpy")(_rsum)
 
 
 @_jit()
@@ -91,11 +52,11 @@ def layer_norm(x, w, b, eps, out):
     for r in range(rows):
         for j in range(n):
             d[j] = np.float64(x[r, j])
-        mean = _rsum(d, n) / n
+        mean = _sum8(d, 0, n) / n
         for j in range(n):
             d[j] = d[j] - mean
             d2[j] = d[j] * d[j]
-        rstd = 1.0 / np.sqrt(_rsum(d2, n) / n + eps)
+        rstd = 1.0 / np.sqrt(_sum8(d2, 0, n) / n + eps)
         for j in range(n):
             out[r, j] = d[j] * rstd * np.float64(w[j]) + np.float64(b[j])
 
@@ -112,7 +73,7 @@ def softmax32(x, log, out):
         if m == -np.inf:  # all -inf: eager's NaNs
             m = 0.0
         for j in range(n):
-            e[j] = _exp_neg(np.float64(x[r, j]) - m)
+            e[j] = _exp_le0(np.float64(x[r, j]) - m)
         s = 0.0
         for j in range(n):
             s += e[j]
