@@ -102,23 +102,25 @@ def _start_job(tag, *program, n=2):
 
 
 def _wait_ready(proc, n, timeout):
-    """Read the launcher's output until every rank said "ready" (bounded by `timeout`)."""
+    """Read the launcher's output until every rank said "rank R: ready" (bounded by
+    `timeout`).  The output is read in chunks and searched as a whole: a rank's line may
+    arrive glued to another process's output (stderr is merged), so lines are not trusted."""
     import selectors
 
+    fd = proc.stdout.fileno()
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    seen, lines, deadline = set(), [], time.monotonic() + timeout
-    while len(seen) < n and time.monotonic() < deadline:
+    sel.register(fd, selectors.EVENT_READ)
+    want = [f"rank {r}: ready" for r in range(n)]
+    text, deadline = "", time.monotonic() + timeout
+    while not all(w in text for w in want) and time.monotonic() < deadline:
         if not sel.select(timeout=0.5):
             continue
-        line = proc.stdout.readline()
-        if not line:
+        chunk = os.read(fd, 65536)
+        if not chunk:
             break
-        lines.append(line)
-        if line.endswith(": ready\n"):
-            seen.add(line)
+        text += chunk.decode(errors="replace")
     sel.close()
-    assert len(seen) == n, "".join(lines)
+    assert all(w in text for w in want), text
 
 
 def _gone_within(tag, seconds):
