@@ -175,13 +175,15 @@ def _relu_grad(ctx, g):
 
 
 def _relu_direct(ctx, attrs):
-    """specialize: maximum(x, 0) with the 0-d zero made once, where x is in its compute dtype."""
+    """specialize: maximum(x, zeros) with the zeros made once, where x is in its compute dtype.
+    The zeros have x's whole shape: NumPy's maximum against a broadcast 0-d zero is 1.3x
+    slower than against an array of the same shape (the plan only covers small outputs)."""
     out = ctx.out_metas[0]
     if not out.shape or _compute_dtype(out.dtype) is not out.dtype:
         return None
     maximum = ctx.prims.direct_elementwise("maximum")
-    zero = ctx.prims.full((), out.dtype, 0)
-    return lambda x: maximum(x, zero)
+    zeros = ctx.prims.full(out.shape, out.dtype, 0)
+    return lambda x: maximum(x, zeros)
 
 
 _register_activation(
