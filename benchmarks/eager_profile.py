@@ -6,8 +6,8 @@ function that spent it (cProfile's own overhead inflates every figure about 2x, 
 rows and layers, not these µs with the unprofiled ones of eager_ops.py).
 
 To compare with another version, run the same script against that tree:
-    git worktree add /tmp/before <commit>
-    PYTHONPATH=/tmp/before python benchmarks/eager_profile.py
+    git worktree add ../sbpflow-before <commit>
+    PYTHONPATH=../sbpflow-before python benchmarks/eager_profile.py
     python benchmarks/eager_profile.py
 
 Run: python benchmarks/eager_profile.py [--n 20000]
