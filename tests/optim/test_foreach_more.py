@@ -18,6 +18,8 @@ import torch
 import sbpflow as flow
 from sbpflow.vm import VirtualMachine
 
+from .test_foreach import assert_three_steps_read_nothing
+
 CASES = [
     ("RMSprop", dict(lr=0.01)),
     ("RMSprop", dict(lr=0.01, centered=True, weight_decay=0.1)),
@@ -187,21 +189,7 @@ def test_step_does_not_read_the_device(monkeypatch, name, foreach):
         kw["t0"] = 1  # mu leaves 1 (ax averages): both ASGD branches read mu
     ps = [flow.randn(4, requires_grad=True) for _ in range(3)]
     opt = getattr(flow.optim, name)(ps, foreach=foreach, **kw)
-    syncs = []
-    for method in ("access", "synchronize"):
-        orig = getattr(VirtualMachine, method)
-        monkeypatch.setattr(VirtualMachine, method,
-                            lambda self, *a, _o=orig, _m=method, **k: (syncs.append(_m),
-                                                                        _o(self, *a, **k))[1])
-    with flow.vm.inline_max(0):
-        for _ in range(3):
-            for p in ps:
-                p.grad = flow.ones_like(p)
-            opt.step()
-    assert syncs == [], syncs
-    monkeypatch.undo()
-    for p in ps:
-        assert opt.state[p]["step"].item() == 3.0
+    assert_three_steps_read_nothing(monkeypatch, opt, ps)
 
 
 def test_a_state_the_fused_op_does_not_fit_falls_back():
