@@ -7,6 +7,9 @@ signature are lifted there.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from ..tensor import Tensor
 from . import (
     conv,
@@ -35,11 +38,51 @@ _TOP_LEVEL_NN = {
     "gather_nd",  # OneFlow's flow.gather_nd
 }
 
+# torch's argument parser takes NumPy's spelling of two argument names in every native function
+# and Tensor method: `axis` for `dim` and `keepdims` for `keepdim` (`x.sum(1, keepdims=True)`).
+# torch's functions written in Python don't, nor does torch.nn.functional: those keep their
+# own signatures here too.
+_NUMPY_NAMES = (("axis", "dim"), ("keepdims", "keepdim"))
+_PYTHON_IN_TORCH = {"split", "norm", "unique", "unique_consecutive", "stft", "istft"}
+_PYTHON_METHODS_IN_TORCH = _PYTHON_IN_TORCH | {"unflatten"}
+_with_numpy_names: dict[object, object] = {}
+
+
+def _accept_numpy_names(name: str, fn, python_in_torch=_PYTHON_IN_TORCH):
+    if name in python_in_torch:
+        return fn
+    if fn in _with_numpy_names:
+        return _with_numpy_names[fn]
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    aliases = tuple((a, n) for a, n in _NUMPY_NAMES if n in params and a not in params)
+    if not aliases:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if kwargs:
+            for alias, dim_name in aliases:
+                if alias in kwargs:
+                    if dim_name in kwargs:
+                        raise TypeError(f"{name}() got both '{dim_name}' and its NumPy alias "
+                                        f"'{alias}'")
+                    kwargs[dim_name] = kwargs.pop(alias)
+        return fn(*args, **kwargs)
+
+    _with_numpy_names[fn] = call
+    return call
+
+
 __all__: list[str] = []
 for _m in _FAMILIES:
     names = [n for n in _m.__all__ if _m not in _NN_FAMILIES or n in _TOP_LEVEL_NN]
     for _name in names:
-        globals()[_name] = getattr(_m, _name)
+        globals()[_name] = _accept_numpy_names(_name, getattr(_m, _name))
     __all__ += names
     for _name, _fn in _m.METHODS.items():
-        setattr(Tensor, _name, _fn)
+        setattr(Tensor, _name, _accept_numpy_names(_name, _fn, _PYTHON_METHODS_IN_TORCH))
+for _name in ("size", "stride"):  # Tensor's own methods that torch's parser handles
+    setattr(Tensor, _name, _accept_numpy_names(_name, getattr(Tensor, _name)))
