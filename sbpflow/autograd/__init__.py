@@ -6,6 +6,7 @@ from ..ops.registry import op
 from .engine import run_backward
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .variable import Variable
 
 
 def _as_list(x):
@@ -68,7 +69,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     return tuple(got)
 
 
+def variable(*args, **kwargs):
+    # torch's name: this function shadows the `variable` submodule, as in torch.autograd
+    raise RuntimeError("torch.autograd.variable(...) is deprecated, use torch.tensor(...) instead")
+
+
 __all__ = [
-    "Function", "FunctionCtx", "backward", "enable_grad", "grad", "inference_mode",
-    "is_grad_enabled", "no_grad", "once_differentiable", "set_grad_enabled",
+    "Function", "FunctionCtx", "Variable", "backward", "enable_grad", "grad", "inference_mode",
+    "is_grad_enabled", "no_grad", "once_differentiable", "set_grad_enabled", "variable",
 ]

@@ -1081,3 +1081,55 @@ def test_program_matches_torch(name, program):
     assert len(ours) == len(theirs)
     for o, t in zip(ours, theirs, strict=True):
         assert_same(o, t, rtol=1e-6, atol=1e-7)
+
+
+# -- torch.autograd.Variable, the pre-0.4 wrapper --------------------------------------------
+def _variable_program(lib):
+    from_module = __import__(lib.__name__ + ".autograd.variable", fromlist=["Variable"]).Variable
+    assert from_module is lib.autograd.Variable
+    Variable = lib.autograd.Variable  # noqa: N806 - torch's name
+    x = lib.tensor([1.0, 2.0, 3.0])
+    w = lib.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    y = w * 2
+    v = Variable(x)
+    vw = Variable(w)
+    vy = Variable(y, requires_grad=True)
+    (vy * v).sum().backward()
+    v[0] = 5.0  # shares x's memory
+    return [x, vy.grad, lib.tensor([float(v.requires_grad), float(vw.requires_grad),
+                                    float(vw.grad_fn is None), float(y.grad_fn is not None)]),
+            Variable(), lib.tensor([isinstance(x, Variable), isinstance(w, Variable),
+                                    isinstance(lib.nn.Parameter(x), Variable),
+                                    isinstance(3.0, Variable), isinstance([x], Variable)])]
+
+
+def test_variable_matches_torch():
+    ours, theirs = _variable_program(flow), _variable_program(torch)
+    for o, t in zip(ours, theirs, strict=True):
+        assert_same(o, t)
+    assert ours[3].dtype == flow.float32 and tuple(ours[3].shape) == (0,)
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.autograd.Variable([1.0]),
+    lambda lib: lib.autograd.Variable(lib.ones(2, dtype=lib.int64), requires_grad=True),
+    lambda lib: lib.autograd.Variable(lib.ones(2), foo=1),
+])
+def test_variable_errors_match_torch(call):
+    with pytest.raises(Exception) as theirs:
+        call(torch)
+    with pytest.raises(type(theirs.value)):
+        call(flow)
+
+
+def test_variable_volatile_warns_like_torch():
+    for lib in (torch, flow):
+        with pytest.warns(UserWarning, match="volatile was removed"):
+            v = lib.autograd.Variable(lib.ones(2), volatile=True)
+        assert not v.requires_grad
+
+
+def test_autograd_variable_function_is_deprecated_like_torch():
+    for lib in (torch, flow):
+        with pytest.raises(RuntimeError, match=r"variable\(...\) is deprecated"):
+            lib.autograd.variable(1.0)
