@@ -167,11 +167,14 @@ def _nodes_leading_to(targets: set[int], nodes: dict) -> set[int]:
 
 
 def _materialize(node, grads):
-    """Zeros for floating outputs that got no gradient; None for integer outputs."""
+    """Zeros for differentiable outputs that got no gradient; None for the others (integer
+    outputs, an op's nondiff workspace)."""
     out = []
+    opdef = getattr(node, "opdef", None)
     for i, meta in enumerate(node.out_metas):
         g = grads.get(i)
-        if g is None and meta.dtype.is_floating_point and node.materialize_grads:
+        if (g is None and meta.dtype.is_floating_point and node.materialize_grads
+                and (opdef is None or opdef.differentiable(i, meta))):
             g = op("full", shape=meta.shape, fill_value=0.0, dtype=meta.dtype,
                    _device=getattr(node, "device", None))
         out.append(g)

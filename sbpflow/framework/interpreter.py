@@ -335,7 +335,7 @@ def _make_saved_output(ref, meta, node, i):
     dev = node.device if gl is None else gl.placement.device
     t = Tensor._make(blob, meta, dev, storage, strides, offset)
     t._gl = gl
-    if meta.dtype.is_floating_point:
+    if node.opdef.differentiable(i, meta):
         t._set_grad_fn(node, i)
     return t
 
@@ -347,7 +347,7 @@ def _record(opdef, attrs, tensors, outs, in_metas, out_metas, dev, saved=None):
     node = OpNode(opdef, attrs, tensors if saved is None else saved, outs, in_metas, out_metas,
                   next_functions, _make_saved_output, dev)
     for i, o in enumerate(outs):
-        if o._meta.dtype.is_floating_point:
+        if opdef.differentiable(i, o._meta):
             o._set_grad_fn(node, i)
 
 

@@ -308,8 +308,8 @@ class Trace:
             self._rg(t) for t in tensors)
         out_names = [self.job.add_tensor(m, self.placement, self.sbp).name for m in out_metas]
         self.job.add_op(opdef.name, names, out_names, attrs, scope=self._scope(), loc=loc)
-        outs = [self.lazy(n, rg and m.dtype.is_floating_point)
-                for n, m in zip(out_names, out_metas)]
+        outs = [self.lazy(n, rg and opdef.differentiable(i, m))
+                for i, (n, m) in enumerate(zip(out_names, out_metas))]
         if opdef.view:
             src = tensors[0]
             # The eager layout (strides, offset) of the view: contiguous() and reshape decide

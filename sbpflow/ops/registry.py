@@ -197,9 +197,18 @@ class OpDef:
     # constants, primitive lookup) done once.  Used for small outputs run inline; a test runs
     # every op's samples through both and compares bit for bit.
     specialize: Callable[..., Any] | None = None
+    # Outputs that carry no gradient although they are floating point (torch's
+    # mark_non_differentiable): a kernel's saved workspace for its grad rule.  They never
+    # require grad, and backward passes them no gradient (not even zeros).
+    nondiff: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")
+        for n in self.nondiff:
+            if n not in self.outputs:
+                raise ValueError(f"op {self.name!r}: nondiff output {n!r} is not one of "
+                                 f"{self.outputs}")
+        self._diff_out = tuple(n not in self.nondiff for n in self.outputs)
         self._meta_cache: dict = {}
         self._saved_for_cache: dict = {}
         # Call plans of the eager interpreter, by (default dtype, device, input metas, attrs):
@@ -243,6 +252,10 @@ class OpDef:
                 self._save_when[kind, where.index(head)] = need
         self._saved_in = tuple(i for i, n in enumerate(in_names) if n in names)
         self._saved_out = tuple(i for i, n in enumerate(self.outputs) if n in names)
+
+    def differentiable(self, i: int, meta) -> bool:
+        """Whether output i (of this meta) can carry a gradient: floating and not nondiff."""
+        return meta.dtype.is_floating_point and self._diff_out[i]
 
     def saved_input_indices(self, n_inputs: int) -> tuple[int, ...]:
         """Positions of the inputs (of a call with n_inputs tensors) that `grad` reads; a

@@ -77,7 +77,8 @@ def _requires_grad(job: Job) -> set[str]:
             continue
         if opdef.grad is None:
             continue
-        rg.update(o for o in op.outputs if job.tensors[o].dtype.is_floating_point)
+        rg.update(o for i, o in enumerate(op.outputs)
+                  if opdef.differentiable(i, job.tensors[o].meta))
     return rg
 
 
@@ -129,10 +130,10 @@ def run(job: Job) -> None:
             trace.loc = op.loc  # backward ops name the forward op's build() line
             with trace.scope(f"{op.scope}-backward" if op.scope else "backward"):
                 out_grads = []
-                for o in op.outputs:
+                for j, o in enumerate(op.outputs):
                     g = total(o)
                     meta = job.tensors[o].meta
-                    if g is None and meta.dtype.is_floating_point:
+                    if g is None and opdef.differentiable(j, meta):
                         g = registry.op("full", shape=meta.shape, fill_value=0.0,
                                         dtype=meta.dtype)
                     out_grads.append(g)
