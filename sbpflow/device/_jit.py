@@ -480,3 +480,93 @@ def softmax_grad_rows(y, g, log, gx):
             s = _sum8(t, 0, n)
             for j in range(n):
                 gx[r, j] = t[j] - np.float64(y[r, j]) * s
+
+
+# -- LSTM steps: the pointwise part of one time step over all rows, in float64 --------------
+@_inline
+def _sigmoid(v):
+    """1 / (1 + exp(-v)) from exp of a non-positive number (no overflow); NaN stays NaN."""
+    e = _exp_le0(-abs(v))
+    s = 1.0 / (1.0 + e)
+    return s if v >= 0.0 else e * s
+
+
+@_inline
+def _tanh(v):
+    """tanh from exp of a non-positive number, (1 - e) / (1 + e) with e = exp(-2|v|); below
+    |v| = 2^-5 its Taylor series to v^9 instead (1 - e cancels there).  Both are computed and
+    one selected, so loops over it stay branch-free and vectorise."""
+    a = abs(v)
+    v2 = v * v
+    small = v * (1.0 + v2 * (-0.3333333333333333 + v2 * (0.13333333333333333 + v2 * (
+        -0.05396825396825397 + v2 * 0.021869488536155203))))
+    e = _exp_le0(-2.0 * a)
+    t = (1.0 - e) / (1.0 + e)
+    big = t if v >= 0.0 else -t
+    return small if a < 0.03125 else big
+
+
+@_inline
+def _sigmoid_at(v, exact):
+    """sigmoid in float64: libm's exp when `exact` (float64 data), else the vectorising
+    polynomial (float32 data, rounded once)."""
+    if exact:
+        return 1.0 / (1.0 + math.exp(-v)) if v >= 0.0 else math.exp(v) / (1.0 + math.exp(v))
+    return _sigmoid(v)
+
+
+@_inline
+def _tanh_at(v, exact):
+    return math.tanh(v) if exact else _tanh(v)
+
+
+@_jit_fma
+def lstm_step(proj_t, hw, h_prev, c_prev, r, h_out, c_out, exact):
+    """One LSTM step: gates = proj_t + hw (B, 4H) in torch's (i, f, g, o) order; writes
+    r (B, 7H) = [h_prev | c_prev | tanh(c) | i f g o (activated)], c_out = f c_prev + i g and
+    h_out = o tanh(c), computing in float64 (`exact`: with libm, for float64 data).  Each inner
+    loop runs over one contiguous stretch of a row with few arrays, so it vectorises (one loop
+    over all seven blocks did not)."""
+    rows, hs = c_prev.shape
+    for b in range(rows):
+        pr, hr, rr = proj_t[b], hw[b], r[b]
+        for j in range(2 * hs):  # i, f
+            rr[3 * hs + j] = _sigmoid_at(np.float64(pr[j]) + np.float64(hr[j]), exact)
+        for j in range(2 * hs, 3 * hs):  # g
+            rr[3 * hs + j] = _tanh_at(np.float64(pr[j]) + np.float64(hr[j]), exact)
+        for j in range(3 * hs, 4 * hs):  # o
+            rr[3 * hs + j] = _sigmoid_at(np.float64(pr[j]) + np.float64(hr[j]), exact)
+        hp, cp, ho, co = h_prev[b], c_prev[b], h_out[b], c_out[b]
+        for j in range(hs):
+            rr[j] = hp[j]
+            rr[hs + j] = cp[j]
+        for j in range(hs):
+            c = np.float64(rr[4 * hs + j]) * np.float64(cp[j]) + np.float64(
+                rr[3 * hs + j]) * np.float64(rr[5 * hs + j])
+            co[j] = c
+            rr[2 * hs + j] = _tanh_at(c, exact)
+        for j in range(hs):
+            ho[j] = rr[6 * hs + j] * rr[2 * hs + j]
+
+
+@_jit_fma
+def lstm_step_grad(g_t, dh, dc, r, d_pre, dc_out):
+    """The gradient of one lstm_step from its workspace row r: with gh = g_t + dh and
+    dc' = dc + gh o (1 - tanh(c)^2), d_pre (B, 4H) = [dc' g i (1 - i), dc' c_prev f (1 - f),
+    dc' i (1 - g^2), gh tanh(c) o (1 - o)] and dc_out = dc' f."""
+    rows, hs = dc.shape
+    for b in range(rows):
+        for j in range(hs):
+            gh = np.float64(g_t[b, j]) + np.float64(dh[b, j])
+            cp = np.float64(r[b, hs + j])
+            tc = np.float64(r[b, 2 * hs + j])
+            i = np.float64(r[b, 3 * hs + j])
+            f = np.float64(r[b, 4 * hs + j])
+            g = np.float64(r[b, 5 * hs + j])
+            o = np.float64(r[b, 6 * hs + j])
+            d = np.float64(dc[b, j]) + gh * o * (1.0 - tc * tc)
+            d_pre[b, j] = d * g * (i * (1.0 - i))
+            d_pre[b, hs + j] = d * cp * (f * (1.0 - f))
+            d_pre[b, 2 * hs + j] = d * i * (1.0 - g * g)
+            d_pre[b, 3 * hs + j] = gh * tc * (o * (1.0 - o))
+            dc_out[b, j] = d * f

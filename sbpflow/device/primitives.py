@@ -17,7 +17,8 @@ The set, by family:
               sort
   nn          softmax, log_softmax, pad, unfold / fold (im2col / col2im), window_max (max
               pooling), nll_rows / nll_grad_rows, sgd_momentum, gelu / gelu_grad,
-              layer_norm_rows, softmax_rows, batch_norm_train / batch_norm_grad; all but
+              layer_norm_rows, softmax_rows, batch_norm_train / batch_norm_grad, lstm_step /
+              lstm_step_grad; all but
               unfold may return None where the device has no fused loop, and the kernel
               composes the others
   random      random (counter-based, see random.py)
@@ -707,6 +708,33 @@ class Primitives:
         return gx
 
     # -- random ---------------------------------------------------------------------------
+    def lstm_step(self, proj_t, hw, h_prev, c_prev, reserve_t, h_out):
+        """The pointwise part of one LSTM time step over (B, .) rows: gates = proj_t + hw
+        (B, 4H, torch's i, f, g, o order); writes reserve_t (B, 7H) = [h_prev | c_prev |
+        tanh(c) | i f g o activated] and h_out = o tanh(c) (B, H), both C-contiguous; returns
+        the new cell c (B, H), or None where the device has no fused loop."""
+        arrays = (proj_t, hw, h_prev, c_prev, reserve_t, h_out)
+        if (proj_t.dtype not in _JIT_FLOATS or any(a.dtype != proj_t.dtype for a in arrays)
+                or not (reserve_t.flags.c_contiguous and h_out.flags.c_contiguous)
+                or not _jit.available()):
+            return None
+        c = np.empty(c_prev.shape, c_prev.dtype)
+        _jit.lstm_step(*(np.ascontiguousarray(a) for a in arrays[:4]), reserve_t, h_out, c,
+                       c.dtype == np.float64)
+        return c
+
+    def lstm_step_grad(self, g_t, dh, dc, reserve_t, d_pre):
+        """The gradient of one `lstm_step` from its reserve row: with gh = g_t + dh (B, H)
+        and the cell's incoming gradient dc, writes the gates' gradient into d_pre (B, 4H,
+        C-contiguous) and returns the previous cell's gradient (B, H); or None."""
+        arrays = (g_t, dh, dc, reserve_t, d_pre)
+        if (g_t.dtype not in _JIT_FLOATS or any(a.dtype != g_t.dtype for a in arrays)
+                or not d_pre.flags.c_contiguous or not _jit.available()):
+            return None
+        dc_prev = np.empty(dc.shape, dc.dtype)
+        _jit.lstm_step_grad(*(np.ascontiguousarray(a) for a in arrays[:4]), d_pre, dc_prev)
+        return dc_prev
+
     def random(self, kind: str, dtype: DType, seed: int, offset: int, logical_shape,
                piece, **params):
         """A piece of a logical random tensor.

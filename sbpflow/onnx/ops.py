@@ -591,6 +591,31 @@ def _lstm_cell(b, node, ins):
     return [hy, c]
 
 
+@_reg("lstm_layer")
+def _lstm_layer(b, node, ins):
+    """ONNX's LSTM over the projected sequence: X is `proj` (input projection and both biases
+    already applied), so W is the permutation taking torch's gate order (i, f, g, o) to
+    ONNX's (i, o, f, c), R is w_hh with its gate blocks reordered the same way, and B is 0.
+    The backward workspace has no ONNX form (nothing in inference reads it)."""
+    if _used(b, node.outputs[2]):
+        raise UnsupportedOperatorError(
+            f"sbpflow.onnx.export: lstm_layer's backward workspace (module "
+            f"'{node.scope or '<top>'}', at {node.where()}) has no ONNX mapping")
+    proj, h0, c0, w_hh = _in_as_out(b, node, ins)
+    hs = b.static_dim(node, node.inputs[3], 1)
+    d = _out_dtype(b, node)
+    order = np.concatenate([np.arange(k * hs, (k + 1) * hs) for k in (0, 3, 1, 2)])
+    zero = b.const(np.zeros(1, np.int64))
+    w = b.const(np.eye(4 * hs, dtype=d.np)[order][None])
+    r = b.node("Unsqueeze", [b.node("Gather", [w_hh, b.const(order)], axis=0), zero])
+    bias = b.const(np.zeros((1, 8 * hs), d.np))
+    h0, c0 = (b.node("Unsqueeze", [x, zero]) for x in (h0, c0))
+    y, _, c_n = b.node("LSTM", [proj, w, r, bias, "", h0, c0], n_out=3, hidden_size=hs,
+                       direction="reverse" if b.static(node, "reverse") else "forward")
+    one = b.const(np.ones(1, np.int64))
+    return [b.node("Squeeze", [y, one]), b.node("Squeeze", [c_n, zero]), None]
+
+
 @_reg("gru_cell")
 def _gru_cell(b, node, ins):
     gi, gh, h_prev = _in_as_out(b, node, ins)

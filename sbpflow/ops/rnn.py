@@ -18,7 +18,7 @@ from .._core.meta import TensorMeta
 from ..sbp import B, P, Signature, Split
 from ._util import require_float
 from .nn import _finish, _in_compute
-from .registry import OpDef, Sample, op, register
+from .registry import Attr, OpDef, Sample, differentiating, op, register
 
 
 def _rand(rng, *shape, dtype=np.float64):
@@ -393,4 +393,284 @@ register(OpDef(
     reference=_gru_cell_backward_reference,
     samples=_gru_cell_backward_samples,
     doc="The gradient of gru_cell in one kernel: grad_h -> (grad_gi, grad_gh, grad_h_prev).",
+))
+
+
+# =========================================================================================
+# lstm_layer: one LSTM layer in one direction over a whole padded sequence, in one op
+# =========================================================================================
+# The per-step path above issues about five ops per time step from Python; this op runs the
+# time loop inside its kernel, so a sequence costs one op call forward and one backward (as
+# torch's fused LSTM does).  Its third output is a workspace for the backward, per step
+# [h_prev | c_prev | tanh(c) | i f g o (activated)], each block hidden_size wide: the backward
+# reads it instead of recomputing the gates, and the weight gradient is one GEMM over all
+# steps.  The workspace is `nondiff` (it carries no gradient).
+_RESERVE = 7  # blocks of hidden_size per row of the workspace
+
+
+def _time_steps(n, reverse):
+    return range(n - 1, -1, -1) if reverse else range(n)
+
+
+def _check_same_dtype(name, ref, named):
+    for arg, m in named:  # RuntimeError, as torch's LSTM raises for a mixed-dtype state
+        if m.dtype is not ref.dtype:
+            raise op_error(name, f"expected '{arg}' to have dtype {ref.dtype.name}, but got "
+                           f"{m.dtype.name}", RuntimeError)
+
+
+def _lstm_layer_meta(proj, h0, c0, w_hh, reverse):
+    name = "lstm_layer"
+    if proj.ndim != 3:
+        raise op_error(name, "argument 'proj' must be 3-D [seq_len, batch, 4 * hidden_size], "
+                             f"got shape {list(proj.shape)}")
+    require_float(name, "proj", proj)
+    steps, batch, width = proj.shape
+    if w_hh.ndim != 2 or w_hh.shape[0] != width or width != 4 * w_hh.shape[1]:
+        raise op_error(name, f"argument 'w_hh' must have shape [4 * hidden_size, hidden_size] "
+                             f"= {[width, width // 4]} (from proj's last axis {width}), got "
+                             f"{list(w_hh.shape)}")
+    hidden = w_hh.shape[1]
+    for arg, m in (("h0", h0), ("c0", c0)):
+        if m.shape != (batch, hidden):
+            raise op_error(name, f"argument '{arg}' must have shape [batch, hidden_size] = "
+                                 f"{[batch, hidden]}, got {list(m.shape)}")
+    _check_same_dtype(name, proj, (("h0", h0), ("c0", c0), ("w_hh", w_hh)))
+    return (TensorMeta((steps, batch, hidden), proj.dtype), TensorMeta((batch, hidden),
+                                                                       proj.dtype),
+            TensorMeta((steps, batch, _RESERVE * hidden), proj.dtype))
+
+
+def _lstm_layer_kernel(ctx, proj, h0, c0, w_hh, reverse):
+    k, (proj, h, c, w) = _in_compute(ctx, (proj, h0, c0, w_hh))
+    p = ctx.prims
+    steps, batch, _ = ctx.in_metas[0].shape
+    hs = ctx.in_metas[3].shape[1]
+    out = p.empty((steps, batch, hs), k.dtype)
+    reserve = p.empty((steps, batch, _RESERVE * hs), k.dtype)
+    wt = p.permute(w, (1, 0))
+    for t in _time_steps(steps, reverse):
+        r, h_out, proj_t = p.slice(reserve, (t,)), p.slice(out, (t,)), p.slice(proj, (t,))
+        hw = p.matmul(h, wt)
+        c_new = p.lstm_step(proj_t, hw, h, c, r, h_out)  # one loop, where the device has it
+        h, c = h_out, (_lstm_step_composed(k, proj_t, hw, h, c, r, h_out, hs)
+                       if c_new is None else c_new)
+    c_n = p.contiguous(c)  # a fresh array even for an empty sequence (c is then c0)
+    return _finish(ctx, out, 0), _finish(ctx, c_n, 1), _finish(ctx, reserve, 2)
+
+
+def _lstm_step_composed(k, proj_t, hw, h, c, r, h_out, hs):
+    """lstm_step from the other primitives: fills the reserve row r and h_out, returns c."""
+    p = k.p
+    p.copy(_cols(k, r, 0, hs), h)
+    p.copy(_cols(k, r, hs, hs), c)
+    pre = k.add(proj_t, hw)
+    acts = _cols(k, r, 3 * hs, 4 * hs)
+    k.u("sigmoid", pre, out=acts)  # i, f, o; the g block is overwritten with tanh
+    g = k.u("tanh", _cols(k, pre, 2 * hs, hs), out=_cols(k, acts, 2 * hs, hs))
+    c = k.add(k.mul(_cols(k, acts, hs, hs), c), k.mul(_cols(k, acts, 0, hs), g))
+    tc = k.u("tanh", c, out=_cols(k, r, 2 * hs, hs))
+    k.to("mul", _cols(k, acts, 3 * hs, hs), tc, h_out)
+    return c
+
+
+def _lstm_layer_grad(ctx, g_out, g_cn, _g_reserve=None):
+    need = ctx.needs_input_grad
+    if differentiating():
+        grads = _lstm_layer_composed_grad(ctx, g_out, g_cn)
+    else:
+        grads = op("lstm_layer_backward", g_out, g_cn, ctx.output(2), ctx.input(3),
+                   reverse=ctx.attrs["reverse"])
+    return tuple(g if n else None for g, n in zip(grads, need))
+
+
+def _lstm_layer_composed_grad(ctx, g_out, g_cn):
+    """The gradient in differentiable ops, for a double backward: the forward recomputed
+    step by step with lstm_cell from the saved inputs, then its gradient with
+    lstm_cell_backward (whose own grad rule gives the second order)."""
+    proj, h, c, w = (ctx.input(j) for j in range(4))
+    steps = ctx.in_metas[0].shape[0]
+    order = list(_time_steps(steps, ctx.attrs["reverse"]))
+    if not order:
+        return proj * 0.0, h * 0.0, g_cn * 1.0, w * 0.0
+    wt = op("transpose", w, dim0=0, dim1=1)
+    pre, h_prev, c_prev = {}, {}, {}
+    for t in order:
+        h_prev[t], c_prev[t] = h, c
+        pre[t] = op("select", proj, dim=0, index=t) + op("matmul", h, wt)
+        h, c = op("lstm_cell", pre[t], c)
+    dh, dc, d_w = None, g_cn, None
+    d_pre = [None] * steps
+    for t in reversed(order):
+        gh = op("select", g_out, dim=0, index=t)
+        gh = gh if dh is None else gh + dh
+        d_pre[t], dc = op("lstm_cell_backward", gh, dc, pre[t], c_prev[t])
+        dh = op("matmul", d_pre[t], w)
+        dw_t = op("matmul", op("transpose", d_pre[t], dim0=0, dim1=1), h_prev[t])
+        d_w = dw_t if d_w is None else d_w + dw_t
+    return op("stack", d_pre, dim=0), dh, dc, d_w
+
+
+def _lstm_layer_sbp(proj, h0, c0, w_hh, reverse):
+    sigs = [Signature((B, B, B, B), (B, B, B))]
+    if proj.shape[1] > 1:  # batch entries run independently
+        sigs.append(Signature((Split(1), Split(0), Split(0), B), (Split(1), Split(0), Split(1))))
+    return sigs
+
+
+def _lstm_layer_reference(torch, proj, h0, c0, w_hh, reverse=False):
+    steps, batch = proj.shape[0], proj.shape[1]
+    hs = w_hh.shape[1]
+    outs, rows = [None] * steps, [None] * steps
+    h, c = h0, c0
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        i, f, g, o = (proj[t] + h @ w_hh.T).chunk(4, 1)
+        i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+        c_new = f * c + i * g
+        tc = torch.tanh(c_new)
+        rows[t] = torch.cat([h, c, tc, i, f, g, o], 1)
+        h, c = o * tc, c_new
+        outs[t] = h
+    if not steps:
+        return (proj.new_zeros(0, batch, hs), c0.clone(),
+                proj.new_zeros(0, batch, _RESERVE * hs))
+    return torch.stack(outs), c, torch.stack(rows).detach()
+
+
+def _lstm_layer_samples(rng):
+    # Few and small: the global-ops check runs every SBP combination of the inputs.
+    def case(steps, batch, hs, dtype=np.float64, **kw):
+        return Sample(_rand(rng, steps, batch, 4 * hs, dtype=dtype),
+                      _rand(rng, batch, hs, dtype=dtype), _rand(rng, batch, hs, dtype=dtype),
+                      _rand(rng, 4 * hs, hs, dtype=dtype) * 0.5, **kw)
+
+    return [case(3, 2, 2), case(2, 3, 1, reverse=True),
+            case(2, 2, 2, np.float32, grad=False), case(0, 2, 1, grad=False)]
+
+
+register(OpDef(
+    "lstm_layer",
+    inputs=("proj", "h0", "c0", "w_hh"),
+    outputs=("out", "c_n", "reserve"),
+    attrs={"reverse": Attr("bool", False)},
+    infer_meta=_lstm_layer_meta,
+    kernel=_lstm_layer_kernel,
+    grad=_lstm_layer_grad,
+    saves=("proj", "h0", "c0", "w_hh", "reserve"),
+    nondiff=("reserve",),
+    sbp=_lstm_layer_sbp,
+    reference=_lstm_layer_reference,
+    samples=_lstm_layer_samples,
+    doc="One LSTM layer and direction over a padded sequence: proj [T, B, 4H] (the input "
+        "projection with both biases), h0, c0 [B, H], w_hh [4H, H] -> (out [T, B, H], c_n, "
+        "reserve), the time loop inside the kernel.",
+))
+
+
+# -- lstm_layer_backward: (g_out, g_cn, reserve, w_hh) -> (d_proj, d_h0, d_c0, d_w_hh) -----
+def _lstm_layer_backward_meta(g_out, g_cn, reserve, w_hh, reverse):
+    name = "lstm_layer_backward"
+    if g_out.ndim != 3 or w_hh.ndim != 2:
+        raise op_error(name, f"arguments 'grad_out' and 'w_hh' must be 3-D and 2-D, got "
+                             f"shapes {list(g_out.shape)} and {list(w_hh.shape)}")
+    require_float(name, "grad_out", g_out)
+    steps, batch, hs = g_out.shape
+    want = (("grad_c_n", g_cn, (batch, hs)), ("reserve", reserve, (steps, batch, _RESERVE * hs)),
+            ("w_hh", w_hh, (4 * hs, hs)))
+    for arg, m, shape in want:
+        if m.shape != shape:
+            raise op_error(name, f"argument '{arg}' must have shape {list(shape)} (from "
+                                 f"grad_out {list(g_out.shape)}), got {list(m.shape)}")
+    _check_same_dtype(name, g_out, [(a, m) for a, m, _ in want])
+    return (TensorMeta((steps, batch, 4 * hs), g_out.dtype), g_cn, g_cn, w_hh)
+
+
+def _lstm_layer_backward_kernel(ctx, g_out, g_cn, reserve, w_hh, reverse):
+    k, (g_out, dc, reserve, w) = _in_compute(ctx, (g_out, g_cn, reserve, w_hh))
+    p = ctx.prims
+    steps, batch, hs = ctx.in_metas[0].shape
+    d_proj = p.empty((steps, batch, 4 * hs), k.dtype)
+    dh = p.full((batch, hs), k.dtype, 0)
+    for t in _time_steps(steps, not reverse):
+        r, d, g_t = p.slice(reserve, (t,)), p.slice(d_proj, (t,)), p.slice(g_out, (t,))
+        dc_prev = p.lstm_step_grad(g_t, dh, dc, r, d)  # one loop, where the device has it
+        dc = _lstm_step_grad_composed(k, g_t, dh, dc, r, d, hs) if dc_prev is None else dc_prev
+        dh = p.matmul(d, w)
+    if not steps:
+        dc = p.contiguous(dc)  # outputs never alias inputs
+    # The weight gradient of every step at once: sum_t d_pre_t^T h_prev_t.
+    rows = steps * batch
+    h_prev = p.slice(reserve, (slice(None), slice(None), slice(0, hs)))
+    d_w = p.matmul(p.permute(p.reshape(d_proj, (rows, 4 * hs)), (1, 0)),
+                   p.reshape(p.contiguous(h_prev), (rows, hs)))
+    return (_finish(ctx, d_proj, 0), _finish(ctx, dh, 1), _finish(ctx, dc, 2),
+            _finish(ctx, d_w, 3))
+
+
+def _lstm_step_grad_composed(k, g_t, dh, dc, r, d, hs):
+    """lstm_step_grad from the other primitives: fills d (B, 4H), returns the new dc."""
+    one = k.c(1.0)
+    c_prev, tc = _cols(k, r, hs, hs), _cols(k, r, 2 * hs, hs)
+    i, f, g, o = (_cols(k, r, (3 + j) * hs, hs) for j in range(4))
+    gh = k.add(g_t, dh)
+    dc = k.add(dc, k.mul(k.mul(gh, o), k.sub(one, k.mul(tc, tc))))
+    k.to("mul", k.mul(dc, g), k.mul(i, k.sub(one, i)), _cols(k, d, 0, hs))
+    k.to("mul", k.mul(dc, c_prev), k.mul(f, k.sub(one, f)), _cols(k, d, hs, hs))
+    k.to("mul", k.mul(dc, i), k.sub(one, k.mul(g, g)), _cols(k, d, 2 * hs, hs))
+    k.to("mul", k.mul(gh, tc), k.mul(o, k.sub(one, o)), _cols(k, d, 3 * hs, hs))
+    return k.mul(dc, f)
+
+
+def _lstm_layer_backward_sbp(g_out, g_cn, reserve, w_hh, reverse):
+    sigs = [Signature((B,) * 4, (B,) * 4)]
+    if g_out.shape[1] > 1:  # batch entries run independently; the weight gradient sums them
+        sigs.append(Signature((Split(1), Split(0), Split(1), B),
+                              (Split(1), Split(0), Split(0), P)))
+    sigs.append(Signature((P, P, B, B), (P,) * 4))  # linear in the incoming gradients
+    return sigs
+
+
+def _lstm_layer_backward_reference(torch, g_out, g_cn, reserve, w_hh, reverse=False):
+    """lstm_layer's gradient from its workspace, written out with torch ops."""
+    steps, batch, hs = g_out.shape
+    d_pre = [None] * steps
+    dh, dc = None, g_cn
+    d_w = torch.zeros_like(w_hh)
+    for t in (range(steps) if reverse else reversed(range(steps))):
+        hp, cp, tc, i, f, g, o = reserve[t].split(hs, 1)
+        gh = g_out[t] if dh is None else g_out[t] + dh
+        dc = dc + gh * o * (1 - tc * tc)
+        d_pre[t] = torch.cat([dc * g * i * (1 - i), dc * cp * f * (1 - f), dc * i * (1 - g * g),
+                              gh * tc * o * (1 - o)], 1)
+        dc = dc * f
+        dh = d_pre[t] @ w_hh
+        d_w = d_w + d_pre[t].T @ hp
+    if not steps:
+        return (g_out.new_zeros(0, batch, 4 * hs), g_cn.new_zeros(batch, hs), g_cn.clone(),
+                d_w)
+    return torch.stack(d_pre), dh, dc, d_w
+
+
+def _lstm_layer_backward_samples(rng):
+    def case(steps, batch, hs, dtype=np.float64, **kw):
+        return Sample(_rand(rng, steps, batch, hs, dtype=dtype),
+                      _rand(rng, batch, hs, dtype=dtype),
+                      _rand(rng, steps, batch, _RESERVE * hs, dtype=dtype),
+                      _rand(rng, 4 * hs, hs, dtype=dtype), grad=False, **kw)
+
+    return [case(3, 2, 2), case(2, 3, 1, np.float32, reverse=True)]
+
+
+register(OpDef(
+    "lstm_layer_backward",
+    inputs=("grad_out", "grad_c_n", "reserve", "w_hh"),
+    outputs=("grad_proj", "grad_h0", "grad_c0", "grad_w_hh"),
+    attrs={"reverse": Attr("bool", False)},
+    infer_meta=_lstm_layer_backward_meta,
+    kernel=_lstm_layer_backward_kernel,
+    sbp=_lstm_layer_backward_sbp,
+    reference=_lstm_layer_backward_reference,
+    samples=_lstm_layer_backward_samples,
+    doc="lstm_layer's gradients from its workspace, the time loop run backwards in the "
+        "kernel.",
 ))

@@ -1,9 +1,11 @@
 """Recurrent modules: RNN, LSTM, GRU and their cells (torch.nn.modules.rnn).
 
 Parameter names, shapes, gate order and initialisation are torch's, so state dicts interchange.
-A layer computes the input projection of all time steps with one `linear`, then loops over
-time steps: each step is the hidden projection (`linear`), an add and one fused cell op
-(`lstm_cell`, `gru_cell`, or tanh/relu for the Elman RNN).  A PackedSequence runs the same loop
+A layer computes the input projection of all time steps with one `linear`.  An LSTM layer
+without `proj_size` over a padded sequence then runs as one `lstm_layer` op (the time loop in
+its kernel, and one backward op).  Otherwise the module loops over time steps: each step is
+the hidden projection (`linear`), an add and one fused cell op (`lstm_cell`, `gru_cell`, or
+tanh/relu for the Elman RNN).  A PackedSequence runs the same loop
 on the rows of each step; a sequence that has ended keeps its state, so the final hidden state
 of each sequence is the one at its own length, as in torch.
 """
@@ -91,6 +93,15 @@ def _run_direction(mode, proj, h, c, weights, reverse, sizes):
             c = S.cat([c_t, S.narrow(c, 0, n, batch - n)], 0)
     out = S.stack(outs, 0) if sizes is None else S.cat(outs, 0)
     return out, h, c
+
+
+def _lstm_layer(x, h, c, weights, reverse):
+    """A padded sequence through one LSTM layer and direction without a projection: one
+    `lstm_layer` op runs the time loop (both biases go into the input projection)."""
+    w_ih, w_hh, b_ih, b_hh, _ = weights
+    bias = b_ih if b_hh is None else b_hh if b_ih is None else b_ih + b_hh
+    out, c, _ = call("lstm_layer", F.linear(x, w_ih, bias), h, c, w_hh, reverse=reverse)
+    return out, S.select(out, 0, 0 if reverse else -1), c
 
 
 def _permute(hx, index):
@@ -292,10 +303,13 @@ class RNNBase(Module):
                 w = dict(zip((n.split("_l")[0] for n in names), (getattr(self, n) for n in names)))
                 weights = (w["weight_ih"], w["weight_hh"], w.get("bias_ih"), w.get("bias_hh"),
                            w.get("weight_hr"))
-                proj = F.linear(x, weights[0], weights[2])
+                h = S.select(h0, 0, k)
                 c = None if c0 is None else S.select(c0, 0, k)
-                out, h, c = _run_direction(self.mode, proj, S.select(h0, 0, k), c, weights,
-                                           d == 1, sizes)
+                if self.mode == "LSTM" and self.proj_size == 0 and sizes is None:
+                    out, h, c = _lstm_layer(x, h, c, weights, d == 1)
+                else:
+                    proj = F.linear(x, weights[0], weights[2])
+                    out, h, c = _run_direction(self.mode, proj, h, c, weights, d == 1, sizes)
                 outs.append(out)
                 h_n.append(h)
                 c_n.append(c)
