@@ -570,3 +570,50 @@ def lstm_step_grad(g_t, dh, dc, r, d_pre, dc_out):
             d_pre[b, 2 * hs + j] = d * i * (1.0 - g * g)
             d_pre[b, 3 * hs + j] = gh * tc * (o * (1.0 - o))
             dc_out[b, j] = d * f
+
+
+@_jit_fma
+def gru_step(proj_t, gh, h_prev, r, h_out, exact):
+    """One GRU step: proj_t (B, 3H) the input projection, gh = h_prev W_hh^T + b_hh (B, 3H),
+    torch's (r, z, n) order; writes r (B, 5H) = [h_prev | r z n (activated) | gh_n] and
+    h_out = n + z (h_prev - n), in float64 (`exact`: with libm)."""
+    rows, hs = h_prev.shape
+    for b in range(rows):
+        pr, gr, rr = proj_t[b], gh[b], r[b]
+        for j in range(2 * hs):  # r, z
+            rr[hs + j] = _sigmoid_at(np.float64(pr[j]) + np.float64(gr[j]), exact)
+        hp, ho = h_prev[b], h_out[b]
+        for j in range(hs):
+            rr[j] = hp[j]
+            rr[4 * hs + j] = gr[2 * hs + j]
+        for j in range(hs):
+            n = _tanh_at(np.float64(pr[2 * hs + j]) + np.float64(rr[hs + j]) * np.float64(
+                gr[2 * hs + j]), exact)
+            rr[3 * hs + j] = n
+            ho[j] = n + np.float64(rr[2 * hs + j]) * (np.float64(hp[j]) - n)
+
+
+@_jit_fma
+def gru_step_grad(g_t, dh, r, d_gi, d_gh, dh_prev):
+    """The gradient of one gru_step from its workspace row r: with gh' = g_t + dh, writes
+    d_gi = [d_r, d_z, d_n] and d_gh = [d_r, d_z, d_n r] (B, 3H) for the pre-activations, and
+    dh_prev = gh' z (the part that does not go through W_hh)."""
+    rows, hs = dh.shape
+    for b in range(rows):
+        for j in range(hs):
+            g = np.float64(g_t[b, j]) + np.float64(dh[b, j])
+            hp = np.float64(r[b, j])
+            rg = np.float64(r[b, hs + j])
+            z = np.float64(r[b, 2 * hs + j])
+            n = np.float64(r[b, 3 * hs + j])
+            ghn = np.float64(r[b, 4 * hs + j])
+            dn = g * (1.0 - z) * (1.0 - n * n)
+            dz = g * (hp - n) * (z * (1.0 - z))
+            dr = dn * ghn * (rg * (1.0 - rg))
+            d_gi[b, j] = dr
+            d_gi[b, hs + j] = dz
+            d_gi[b, 2 * hs + j] = dn
+            d_gh[b, j] = dr
+            d_gh[b, hs + j] = dz
+            d_gh[b, 2 * hs + j] = dn * rg
+            dh_prev[b, j] = g * z

@@ -18,7 +18,7 @@ The set, by family:
   nn          softmax, log_softmax, pad, unfold / fold (im2col / col2im), window_max (max
               pooling), nll_rows / nll_grad_rows, sgd_momentum, gelu / gelu_grad,
               layer_norm_rows, softmax_rows, batch_norm_train / batch_norm_grad, lstm_step /
-              lstm_step_grad; all but
+              lstm_step_grad, gru_step / gru_step_grad; all but
               unfold may return None where the device has no fused loop, and the kernel
               composes the others
   random      random (counter-based, see random.py)
@@ -734,6 +734,33 @@ class Primitives:
         dc_prev = np.empty(dc.shape, dc.dtype)
         _jit.lstm_step_grad(*(np.ascontiguousarray(a) for a in arrays[:4]), d_pre, dc_prev)
         return dc_prev
+
+    def gru_step(self, proj_t, gh, h_prev, reserve_t, h_out):
+        """The pointwise part of one GRU time step: proj_t (B, 3H) the input projection, gh
+        (B, 3H) the hidden projection with its bias, torch's (r, z, n) order; writes
+        reserve_t (B, 5H) = [h_prev | r z n | gh_n] and h_out (B, H), both C-contiguous;
+        returns True, or None where the device has no fused loop."""
+        arrays = (proj_t, gh, h_prev, reserve_t, h_out)
+        if (proj_t.dtype not in _JIT_FLOATS or any(a.dtype != proj_t.dtype for a in arrays)
+                or not (reserve_t.flags.c_contiguous and h_out.flags.c_contiguous)
+                or not _jit.available()):
+            return None
+        _jit.gru_step(*(np.ascontiguousarray(a) for a in arrays[:3]), reserve_t, h_out,
+                      proj_t.dtype == np.float64)
+        return True
+
+    def gru_step_grad(self, g_t, dh, reserve_t, d_gi, d_gh):
+        """The gradient of one `gru_step` from its reserve row and gh' = g_t + dh: writes the
+        pre-activation gradients d_gi and d_gh (B, 3H, C-contiguous) and returns gh' z, the
+        previous state's gradient apart from the path through W_hh; or None."""
+        arrays = (g_t, dh, reserve_t, d_gi, d_gh)
+        if (g_t.dtype not in _JIT_FLOATS or any(a.dtype != g_t.dtype for a in arrays)
+                or not (d_gi.flags.c_contiguous and d_gh.flags.c_contiguous)
+                or not _jit.available()):
+            return None
+        dh_prev = np.empty(dh.shape, dh.dtype)
+        _jit.gru_step_grad(*(np.ascontiguousarray(a) for a in arrays[:3]), d_gi, d_gh, dh_prev)
+        return dh_prev
 
     def random(self, kind: str, dtype: DType, seed: int, offset: int, logical_shape,
                piece, **params):

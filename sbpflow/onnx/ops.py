@@ -616,6 +616,31 @@ def _lstm_layer(b, node, ins):
     return [b.node("Squeeze", [y, one]), b.node("Squeeze", [c_n, zero]), None]
 
 
+@_reg("gru_layer")
+def _gru_layer(b, node, ins):
+    """ONNX's GRU (linear_before_reset, torch's form) over the projected sequence: W is the
+    permutation from torch's gate order (r, z, n) to ONNX's (z, r, h), R is w_hh reordered,
+    and B is (0, b_hh reordered)."""
+    if _used(b, node.outputs[1]):
+        raise UnsupportedOperatorError(
+            f"sbpflow.onnx.export: gru_layer's backward workspace (module "
+            f"'{node.scope or '<top>'}', at {node.where()}) has no ONNX mapping")
+    proj, h0, w_hh, b_hh = _in_as_out(b, node, ins)
+    hs = b.static_dim(node, node.inputs[2], 1)
+    d = _out_dtype(b, node)
+    order = np.concatenate([np.arange(k * hs, (k + 1) * hs) for k in (1, 0, 2)])
+    zero = b.const(np.zeros(1, np.int64))
+    w = b.const(np.eye(3 * hs, dtype=d.np)[order][None])
+    r = b.node("Unsqueeze", [b.node("Gather", [w_hh, b.const(order)], axis=0), zero])
+    bias = b.node("Concat", [b.const(np.zeros(3 * hs, d.np)),
+                             b.node("Gather", [b_hh, b.const(order)], axis=0)], axis=0)
+    y, _ = b.node("GRU", [proj, w, r, b.node("Unsqueeze", [bias, zero]), "",
+                          b.node("Unsqueeze", [h0, zero])], n_out=2, hidden_size=hs,
+                  linear_before_reset=1,
+                  direction="reverse" if b.static(node, "reverse") else "forward")
+    return [b.node("Squeeze", [y, b.const(np.ones(1, np.int64))]), None]
+
+
 @_reg("gru_cell")
 def _gru_cell(b, node, ins):
     gi, gh, h_prev = _in_as_out(b, node, ins)

@@ -674,3 +674,266 @@ register(OpDef(
     doc="lstm_layer's gradients from its workspace, the time loop run backwards in the "
         "kernel.",
 ))
+
+
+# =========================================================================================
+# gru_layer: one GRU layer in one direction over a whole padded sequence, in one op
+# =========================================================================================
+# As lstm_layer.  The hidden bias stays separate (n = tanh(gi_n + r (h W_hn^T + b_hn)) puts
+# it under r).  Workspace per step: [h_prev | r z n (activated) | gh_n], hidden_size each.
+_GRU_RESERVE = 5
+
+
+def _gru_layer_meta(proj, h0, w_hh, b_hh, reverse):
+    name = "gru_layer"
+    if proj.ndim != 3:
+        raise op_error(name, "argument 'proj' must be 3-D [seq_len, batch, 3 * hidden_size], "
+                             f"got shape {list(proj.shape)}")
+    require_float(name, "proj", proj)
+    steps, batch, width = proj.shape
+    if w_hh.ndim != 2 or w_hh.shape[0] != width or width != 3 * w_hh.shape[1]:
+        raise op_error(name, f"argument 'w_hh' must have shape [3 * hidden_size, hidden_size] "
+                             f"= {[width, width // 3]} (from proj's last axis {width}), got "
+                             f"{list(w_hh.shape)}")
+    hidden = w_hh.shape[1]
+    for arg, m, shape in (("h0", h0, (batch, hidden)), ("b_hh", b_hh, (width,))):
+        if m.shape != shape:
+            raise op_error(name, f"argument '{arg}' must have shape {list(shape)}, got "
+                                 f"{list(m.shape)}")
+    _check_same_dtype(name, proj, (("h0", h0), ("w_hh", w_hh), ("b_hh", b_hh)))
+    return (TensorMeta((steps, batch, hidden), proj.dtype),
+            TensorMeta((steps, batch, _GRU_RESERVE * hidden), proj.dtype))
+
+
+def _gru_layer_kernel(ctx, proj, h0, w_hh, b_hh, reverse):
+    k, (proj, h, w, bias) = _in_compute(ctx, (proj, h0, w_hh, b_hh))
+    p = ctx.prims
+    steps, batch, _ = ctx.in_metas[0].shape
+    hs = ctx.in_metas[2].shape[1]
+    out = p.empty((steps, batch, hs), k.dtype)
+    reserve = p.empty((steps, batch, _GRU_RESERVE * hs), k.dtype)
+    wt = p.permute(w, (1, 0))
+    for t in _time_steps(steps, reverse):
+        r, h_out, proj_t = p.slice(reserve, (t,)), p.slice(out, (t,)), p.slice(proj, (t,))
+        gh = k.add(p.matmul(h, wt), bias)
+        if p.gru_step(proj_t, gh, h, r, h_out) is None:  # no loop on this device
+            _gru_step_composed(k, proj_t, gh, h, r, h_out, hs)
+        h = h_out
+    return _finish(ctx, out, 0), _finish(ctx, reserve, 1)
+
+
+def _gru_step_composed(k, proj_t, gh, h, r, h_out, hs):
+    """gru_step from the other primitives."""
+    p = k.p
+    p.copy(_cols(k, r, 0, hs), h)
+    p.copy(_cols(k, r, 4 * hs, hs), _cols(k, gh, 2 * hs, hs))
+    k.u("sigmoid", k.add(_cols(k, proj_t, 0, 2 * hs), _cols(k, gh, 0, 2 * hs)),
+        out=_cols(k, r, hs, 2 * hs))
+    z = _cols(k, r, 2 * hs, hs)
+    n = k.u("tanh", k.add(_cols(k, proj_t, 2 * hs, hs),
+                          k.mul(_cols(k, r, hs, hs), _cols(k, gh, 2 * hs, hs))),
+            out=_cols(k, r, 3 * hs, hs))
+    k.to("add", n, k.mul(z, k.sub(h, n)), h_out)
+
+
+def _gru_layer_grad(ctx, g_out, _g_reserve=None):
+    need = ctx.needs_input_grad
+    if differentiating():
+        grads = _gru_layer_composed_grad(ctx, g_out)
+    else:
+        grads = op("gru_layer_backward", g_out, ctx.output(1), ctx.input(2),
+                   reverse=ctx.attrs["reverse"])
+    return tuple(g if n else None for g, n in zip(grads, need))
+
+
+def _gru_layer_composed_grad(ctx, g_out):
+    """For a double backward: the forward recomputed step by step with gru_cell, then its
+    gradient with gru_cell_backward (differentiable)."""
+    proj, h, w, bias = (ctx.input(j) for j in range(4))
+    steps = ctx.in_metas[0].shape[0]
+    order = list(_time_steps(steps, ctx.attrs["reverse"]))
+    if not order:
+        return proj * 0.0, h * 0.0, w * 0.0, bias * 0.0
+    wt = op("transpose", w, dim0=0, dim1=1)
+    gi, gh, h_prev = {}, {}, {}
+    for t in order:
+        h_prev[t], gi[t] = h, op("select", proj, dim=0, index=t)
+        gh[t] = op("matmul", h, wt) + bias
+        h = op("gru_cell", gi[t], gh[t], h)
+    dh, d_w, d_b = None, None, None
+    d_gi = [None] * steps
+    for t in reversed(order):
+        g = op("select", g_out, dim=0, index=t)
+        g = g if dh is None else g + dh
+        d_gi[t], d_gh, d_h = op("gru_cell_backward", g, gi[t], gh[t], h_prev[t])
+        dh = d_h + op("matmul", d_gh, w)
+        dw_t = op("matmul", op("transpose", d_gh, dim0=0, dim1=1), h_prev[t])
+        db_t = op("sum", d_gh, dim=(0,))
+        d_w, d_b = (dw_t, db_t) if d_w is None else (d_w + dw_t, d_b + db_t)
+    return op("stack", d_gi, dim=0), dh, d_w, d_b
+
+
+def _gru_layer_sbp(proj, h0, w_hh, b_hh, reverse):
+    sigs = [Signature((B,) * 4, (B, B))]
+    if proj.shape[1] > 1:
+        sigs.append(Signature((Split(1), Split(0), B, B), (Split(1), Split(1))))
+    return sigs
+
+
+def _gru_layer_reference(torch, proj, h0, w_hh, b_hh, reverse=False):
+    steps, batch = proj.shape[0], proj.shape[1]
+    hs = w_hh.shape[1]
+    outs, rows = [None] * steps, [None] * steps
+    h = h0
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        gh = h @ w_hh.T + b_hh
+        ir, iz, in_ = proj[t].chunk(3, 1)
+        hr, hz, hn = gh.chunk(3, 1)
+        r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+        n = torch.tanh(in_ + r * hn)
+        rows[t] = torch.cat([h, r, z, n, hn], 1)
+        h = n + z * (h - n)
+        outs[t] = h
+    if not steps:
+        return proj.new_zeros(0, batch, hs), proj.new_zeros(0, batch, _GRU_RESERVE * hs)
+    return torch.stack(outs), torch.stack(rows).detach()
+
+
+def _gru_layer_samples(rng):
+    # Few and small: the global-ops check runs every SBP combination of the inputs.
+    def case(steps, batch, hs, dtype=np.float64, **kw):
+        return Sample(_rand(rng, steps, batch, 3 * hs, dtype=dtype),
+                      _rand(rng, batch, hs, dtype=dtype), _rand(rng, 3 * hs, hs, dtype=dtype) * 0.5,
+                      _rand(rng, 3 * hs, dtype=dtype), **kw)
+
+    return [case(3, 2, 2), case(2, 3, 1, reverse=True),
+            case(2, 2, 2, np.float32, grad=False), case(0, 2, 1, grad=False)]
+
+
+register(OpDef(
+    "gru_layer",
+    inputs=("proj", "h0", "w_hh", "b_hh"),
+    outputs=("out", "reserve"),
+    attrs={"reverse": Attr("bool", False)},
+    infer_meta=_gru_layer_meta,
+    kernel=_gru_layer_kernel,
+    grad=_gru_layer_grad,
+    saves=("proj", "h0", "w_hh", "b_hh", "reserve"),
+    nondiff=("reserve",),
+    sbp=_gru_layer_sbp,
+    reference=_gru_layer_reference,
+    samples=_gru_layer_samples,
+    doc="One GRU layer and direction over a padded sequence: proj [T, B, 3H] (the input "
+        "projection with its bias), h0 [B, H], w_hh [3H, H], b_hh [3H] -> (out [T, B, H], "
+        "reserve), the time loop inside the kernel.",
+))
+
+
+# -- gru_layer_backward: (g_out, reserve, w_hh) -> (d_proj, d_h0, d_w_hh, d_b_hh) -----------
+def _gru_layer_backward_meta(g_out, reserve, w_hh, reverse):
+    name = "gru_layer_backward"
+    if g_out.ndim != 3:
+        raise op_error(name, f"argument 'grad_out' must be 3-D, got shape {list(g_out.shape)}")
+    require_float(name, "grad_out", g_out)
+    steps, batch, hs = g_out.shape
+    want = (("reserve", reserve, (steps, batch, _GRU_RESERVE * hs)),
+            ("w_hh", w_hh, (3 * hs, hs)))
+    for arg, m, shape in want:
+        if m.shape != shape:
+            raise op_error(name, f"argument '{arg}' must have shape {list(shape)} (from "
+                                 f"grad_out {list(g_out.shape)}), got {list(m.shape)}")
+    _check_same_dtype(name, g_out, [(a, m) for a, m, _ in want])
+    return (TensorMeta((steps, batch, 3 * hs), g_out.dtype),
+            TensorMeta((batch, hs), g_out.dtype), w_hh, TensorMeta((3 * hs,), g_out.dtype))
+
+
+def _gru_layer_backward_kernel(ctx, g_out, reserve, w_hh, reverse):
+    k, (g_out, reserve, w) = _in_compute(ctx, (g_out, reserve, w_hh))
+    p = ctx.prims
+    steps, batch, hs = ctx.in_metas[0].shape
+    d_proj = p.empty((steps, batch, 3 * hs), k.dtype)
+    d_ghs = p.empty((steps, batch, 3 * hs), k.dtype)
+    dh = p.full((batch, hs), k.dtype, 0)
+    for t in _time_steps(steps, not reverse):
+        r, g_t = p.slice(reserve, (t,)), p.slice(g_out, (t,))
+        d_gi, d_gh = p.slice(d_proj, (t,)), p.slice(d_ghs, (t,))
+        part = p.gru_step_grad(g_t, dh, r, d_gi, d_gh)  # one loop, where the device has it
+        if part is None:
+            part = _gru_step_grad_composed(k, g_t, dh, r, d_gi, d_gh, hs)
+        dh = k.add(part, p.matmul(d_gh, w))
+    # Weight and bias gradients of every step at once.
+    rows = steps * batch
+    flat = p.reshape(d_ghs, (rows, 3 * hs))
+    h_prev = p.slice(reserve, (slice(None), slice(None), slice(0, hs)))
+    d_w = p.matmul(p.permute(flat, (1, 0)), p.reshape(p.contiguous(h_prev), (rows, hs)))
+    d_b = p.reduce("sum", flat, (0,))
+    return (_finish(ctx, d_proj, 0), _finish(ctx, dh, 1), _finish(ctx, d_w, 2),
+            _finish(ctx, d_b, 3))
+
+
+def _gru_step_grad_composed(k, g_t, dh, r, d_gi, d_gh, hs):
+    """gru_step_grad from the other primitives: fills d_gi, d_gh, returns g z."""
+    p, one = k.p, k.c(1.0)
+    hp, rg, z, n, ghn = (_cols(k, r, j * hs, hs) for j in range(5))
+    g = k.add(g_t, dh)
+    dn = k.mul(k.mul(g, k.sub(one, z)), k.sub(one, k.mul(n, n)))
+    dz = k.mul(k.mul(g, k.sub(hp, n)), k.mul(z, k.sub(one, z)))
+    dr = k.mul(k.mul(dn, ghn), k.mul(rg, k.sub(one, rg)))
+    for d in (d_gi, d_gh):
+        p.copy(_cols(k, d, 0, hs), dr)
+        p.copy(_cols(k, d, hs, hs), dz)
+    p.copy(_cols(k, d_gi, 2 * hs, hs), dn)
+    k.to("mul", dn, rg, _cols(k, d_gh, 2 * hs, hs))
+    return k.mul(g, z)
+
+
+def _gru_layer_backward_sbp(g_out, reserve, w_hh, reverse):
+    sigs = [Signature((B,) * 3, (B,) * 4)]
+    if g_out.shape[1] > 1:
+        sigs.append(Signature((Split(1), Split(1), B), (Split(1), Split(0), P, P)))
+    sigs.append(Signature((P, B, B), (P,) * 4))  # linear in the incoming gradient
+    return sigs
+
+
+def _gru_layer_backward_reference(torch, g_out, reserve, w_hh, reverse=False):
+    """gru_layer's gradient from its workspace, written out with torch ops."""
+    steps, batch, hs = g_out.shape
+    d_gi = [None] * steps
+    dh = g_out.new_zeros(batch, hs)
+    d_w, d_b = torch.zeros_like(w_hh), g_out.new_zeros(3 * hs)
+    for t in (range(steps) if reverse else reversed(range(steps))):
+        hp, r, z, n, ghn = reserve[t].split(hs, 1)
+        g = g_out[t] + dh
+        dn = g * (1 - z) * (1 - n * n)
+        dz = g * (hp - n) * z * (1 - z)
+        dr = dn * ghn * r * (1 - r)
+        d_gi[t] = torch.cat([dr, dz, dn], 1)
+        d_gh = torch.cat([dr, dz, dn * r], 1)
+        dh = g * z + d_gh @ w_hh
+        d_w, d_b = d_w + d_gh.T @ hp, d_b + d_gh.sum(0)
+    if not steps:
+        return g_out.new_zeros(0, batch, 3 * hs), dh, d_w, d_b
+    return torch.stack(d_gi), dh, d_w, d_b
+
+
+def _gru_layer_backward_samples(rng):
+    def case(steps, batch, hs, dtype=np.float64, **kw):
+        return Sample(_rand(rng, steps, batch, hs, dtype=dtype),
+                      _rand(rng, steps, batch, _GRU_RESERVE * hs, dtype=dtype),
+                      _rand(rng, 3 * hs, hs, dtype=dtype), grad=False, **kw)
+
+    return [case(3, 2, 2), case(2, 3, 1, np.float32, reverse=True)]
+
+
+register(OpDef(
+    "gru_layer_backward",
+    inputs=("grad_out", "reserve", "w_hh"),
+    outputs=("grad_proj", "grad_h0", "grad_w_hh", "grad_b_hh"),
+    attrs={"reverse": Attr("bool", False)},
+    infer_meta=_gru_layer_backward_meta,
+    kernel=_gru_layer_backward_kernel,
+    sbp=_gru_layer_backward_sbp,
+    reference=_gru_layer_backward_reference,
+    samples=_gru_layer_backward_samples,
+    doc="gru_layer's gradients from its workspace, the time loop run backwards in the kernel.",
+))

@@ -1,9 +1,10 @@
-"""The fused LSTM layer: `lstm_layer` / `lstm_layer_backward` (ops/rnn.py) and the numba step
-loops behind them (primitives `lstm_step` / `lstm_step_grad`, device/_jit.py).
+"""The fused recurrent layers: `lstm_layer` / `gru_layer` and their backward ops (ops/rnn.py),
+and the numba step loops behind them (primitives `lstm_step`, `gru_step` and their grads,
+device/_jit.py).
 
-nn.LSTM runs a padded sequence through one `lstm_layer` op per layer and direction; the op's
-kernel loops over time steps and calls the step loop, or composes the other primitives where
-a device has no loop.  Checked here: the loops against float64 formulas (NaN, inf, tiny and
+nn.LSTM and nn.GRU run a padded sequence through one layer op per layer and direction; the
+op's kernel loops over time steps and calls the step loop, or composes the other primitives
+where a device has no loop.  Checked here: the loops against float64 formulas (NaN, inf, tiny and
 large values), the loop and the composed kernel against each other and against torch, and
 that the module really takes this path (ops and primitive calls counted).
 """
@@ -104,41 +105,49 @@ def test_loops_decline_what_they_do_not_handle():
     assert P.lstm_step_grad(h, h, h, r, np.empty((2, 8), np.float64)) is None
 
 
-def _run_lstm(device, x, state, kwargs, dtype):
+def _run(name, x, state, kwargs, dtype):
+    """Our module (weights from torch's) and torch's, float64 oracle: outputs, final states
+    and the gradients of inputs, states and parameters."""
     torch.manual_seed(0)
-    ref = torch.nn.LSTM(3, 5, dtype=torch.float64, **kwargs)
-    m = flow.nn.LSTM(3, 5, **kwargs).to(dtype)
+    ref = getattr(torch.nn, name)(3, 5, dtype=torch.float64, **kwargs)
+    m = getattr(flow.nn, name)(3, 5, **kwargs).to(dtype)
     m.load_state_dict({k: flow.tensor(v.detach().numpy(), dtype=dtype)
                        for k, v in ref.state_dict().items()})
-    m = m.to(device)
-    fx = flow.tensor(x, dtype=dtype, device=device, requires_grad=True)
-    h0, c0 = (flow.tensor(s, dtype=dtype, device=device, requires_grad=True) for s in state)
-    out, (hn, cn) = m(fx, (h0, c0))
-    (out.pow(2).sum() + hn.sum() * 0.5 + (cn * cn).sum() * 0.25).backward()
-    grads = [fx.grad, h0.grad, c0.grad] + [p.grad for p in m.parameters()]
-    tx = torch.tensor(x, requires_grad=True)
-    th0, tc0 = (torch.tensor(s, requires_grad=True) for s in state)
-    tout, (thn, tcn) = ref(tx, (th0, tc0))
-    (tout.pow(2).sum() + thn.sum() * 0.5 + (tcn * tcn).sum() * 0.25).backward()
-    tgrads = [tx.grad, th0.grad, tc0.grad] + [p.grad for p in ref.parameters()]
-    return [out, hn, cn] + grads, [tout, thn, tcn] + tgrads
+
+    def go(lib, mod, leaf):
+        xs = leaf(x)
+        hs = [leaf(v) for v in state]
+        out, hn = mod(xs, tuple(hs) if name == "LSTM" else hs[0])
+        finals = list(hn) if name == "LSTM" else [hn]
+        loss = out.pow(2).sum()
+        for k, f in enumerate(finals):
+            loss = loss + (f * f).sum() * (0.5 + k)
+        loss.backward()
+        return [out] + finals + [xs.grad] + [v.grad for v in hs] + [q.grad for q in
+                                                                    mod.parameters()]
+
+    ours = go(flow, m, lambda a: flow.tensor(a, dtype=dtype, requires_grad=True))
+    theirs = go(torch, ref, lambda a: torch.tensor(a, requires_grad=True))
+    return ours, theirs
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"num_layers": 2, "bidirectional": True},
                                     {"batch_first": True, "bias": False}])
 @pytest.mark.parametrize("dtype", [flow.float64, flow.float32])
-def test_loop_and_composed_kernels_agree_with_torch(monkeypatch, kwargs, dtype):
-    """The same module on the cpu device (numba step loops) and with the loops declined (the
-    kernel composes primitives): both equal torch's LSTM, outputs and every gradient."""
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_loop_and_composed_kernels_agree_with_torch(monkeypatch, name, kwargs, dtype):
+    """The same module with the numba step loops and with the loops declined (the kernels
+    compose primitives): both equal torch's, outputs, final states and every gradient."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 6, 3) if kwargs.get("batch_first") else (6, 4, 3))
     layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
-    state = (rng.standard_normal((layers, 4, 5)), rng.standard_normal((layers, 4, 5)))
+    state = [rng.standard_normal((layers, 4, 5)) for _ in range(2 if name == "LSTM" else 1)]
     tol = dict(rtol=1e-10, atol=1e-12) if dtype == flow.float64 else dict(rtol=2e-4, atol=2e-5)
-    looped, want = _run_lstm("cpu", x, state, kwargs, dtype)
-    monkeypatch.setattr(Primitives, "lstm_step", lambda self, *a: None)
-    monkeypatch.setattr(Primitives, "lstm_step_grad", lambda self, *a: None)
-    composed, _ = _run_lstm("cpu", x, state, kwargs, dtype)
+    looped, want = _run(name, x, state, kwargs, dtype)
+    for prim in ("lstm_step", "lstm_step_grad", "gru_step", "gru_step_grad"):
+        monkeypatch.setattr(Primitives, prim, lambda self, *a: None)
+    composed, _ = _run(name, x, state, kwargs, dtype)
+    assert len(looped) == len(want) == len(composed)
     for k, (a, b, t) in enumerate(zip(looped, composed, want)):
         np.testing.assert_allclose(a.detach().numpy(), t.detach().numpy(), **tol,
                                    err_msg=f"loop, value {k}")
@@ -160,45 +169,76 @@ def _count_kernels(monkeypatch, names):
     return counts
 
 
-def test_module_runs_one_layer_op_per_direction(monkeypatch):
-    """A 2-layer bidirectional LSTM over 7 steps: 4 lstm_layer ops forward, 4
-    lstm_layer_backward ops backward, and no per-step cell op."""
-    counts = _count_kernels(monkeypatch, ("lstm_layer", "lstm_layer_backward", "lstm_cell",
-                                          "lstm_cell_backward"))
-    m = flow.nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_module_runs_one_layer_op_per_direction(monkeypatch, name):
+    """A 2-layer bidirectional LSTM/GRU over 7 steps: 4 layer ops forward, 4 layer backward
+    ops, and no per-step cell op."""
+    op = name.lower()
+    counts = _count_kernels(monkeypatch, (f"{op}_layer", f"{op}_layer_backward", f"{op}_cell",
+                                          f"{op}_cell_backward"))
+    m = getattr(flow.nn, name)(3, 4, num_layers=2, bidirectional=True)
     out, _ = m(flow.randn(7, 2, 3, requires_grad=True))
     out.sum().backward()
     flow.synchronize()
-    assert counts == {"lstm_layer": 4, "lstm_layer_backward": 4, "lstm_cell": 0,
-                      "lstm_cell_backward": 0}
+    assert counts == {f"{op}_layer": 4, f"{op}_layer_backward": 4, f"{op}_cell": 0,
+                      f"{op}_cell_backward": 0}
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_layer_op_runs_the_step_loops_once_per_step(reverse):
-    """On the mock device (which counts primitive calls): one lstm_step per time step forward
-    and one lstm_step_grad per step backward; the result equals the cpu device's."""
+@pytest.mark.parametrize("name,shapes", [
+    ("lstm", ((5, 2, 12), (2, 3), (2, 3), (12, 3))),
+    ("gru", ((5, 2, 9), (2, 3), (9, 3), (9,)))])
+def test_layer_op_runs_the_step_loops_once_per_step(reverse, name, shapes):
+    """On the mock device (which counts primitive calls): one step loop per time step forward
+    and one step-gradient loop per step backward; the result equals the cpu device's."""
     prims = primitives("mock")
-    names = ("lstm_step", "lstm_step_grad")
+    names = (f"{name}_step", f"{name}_step_grad")
     rng = np.random.default_rng(9)
-    arrays = [rng.standard_normal(s) for s in ((5, 2, 12), (2, 3), (2, 3), (12, 3))]
+    arrays = [rng.standard_normal(s) for s in shapes]
 
     def run(device):
         ins = [flow.tensor(a, device=device, requires_grad=True) for a in arrays]
-        out, c_n, _ = registry.op("lstm_layer", *ins, reverse=reverse)
-        (out.sum() + c_n.sum()).backward()
-        return [out, c_n] + [t.grad for t in ins]
+        outs = registry.op(f"{name}_layer", *ins, reverse=reverse)
+        sum(o.sum() for o in outs if o.requires_grad).backward()
+        return list(outs[:-1]) + [t.grad for t in ins]
 
     before = {n: prims.calls[n] for n in names}
     mock = run("mock")
     flow.synchronize()
-    calls = {n: prims.calls[n] - before[n] for n in names}
-    assert calls["lstm_step"] == 5 and calls["lstm_step_grad"] == 5, calls
+    assert {n: prims.calls[n] - before[n] for n in names} == dict.fromkeys(names, 5)
     for a, b in zip(mock, run("cpu")):
         np.testing.assert_array_equal(np.asarray(a.detach()._host()), b.detach().numpy())
 
 
-def test_packed_and_projected_lstms_keep_the_step_path(monkeypatch):
-    """proj_size and packed sequences still run step by step (lstm_cell per step)."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gru_step_loops_match_formula(dtype):
+    rows, hs = 4, 6
+    proj, gh = _data((rows, 3 * hs), dtype, 11), _data((rows, 3 * hs), dtype, 12)
+    h = _data((rows, hs), dtype, 13)
+    r, h_out = np.empty((rows, 5 * hs), dtype), np.empty((rows, hs), dtype)
+    assert P.gru_step(proj, gh, h, r, h_out)
+    p64, g64, h64 = (a.astype(np.float64) for a in (proj, gh, h))
+    rg = _sig(p64[:, :hs] + g64[:, :hs])
+    z = _sig(p64[:, hs:2 * hs] + g64[:, hs:2 * hs])
+    n = np.tanh(p64[:, 2 * hs:] + rg * g64[:, 2 * hs:])
+    np.testing.assert_allclose(r, np.concatenate([h64, rg, z, n, g64[:, 2 * hs:]], 1),
+                               **TOL[dtype])
+    np.testing.assert_allclose(h_out, n + z * (h64 - n), **TOL[dtype])
+    g_t, dh = _data((rows, hs), dtype, 14), _data((rows, hs), dtype, 15)
+    d_gi, d_gh = np.empty((rows, 3 * hs), dtype), np.empty((rows, 3 * hs), dtype)
+    part = P.gru_step_grad(g_t, dh, r, d_gi, d_gh)
+    g = g_t.astype(np.float64) + dh.astype(np.float64)
+    hp, rg, z, n, ghn = (r.astype(np.float64)[:, k * hs:(k + 1) * hs] for k in range(5))
+    dn = g * (1 - z) * (1 - n * n)
+    dz = g * (hp - n) * z * (1 - z)
+    dr = dn * ghn * rg * (1 - rg)
+    np.testing.assert_allclose(d_gi, np.concatenate([dr, dz, dn], 1), **TOL[dtype])
+    np.testing.assert_allclose(d_gh, np.concatenate([dr, dz, dn * rg], 1), **TOL[dtype])
+    np.testing.assert_allclose(part, g * z, **TOL[dtype])
+
+
+def test_projected_lstms_keep_the_step_path(monkeypatch):
+    """proj_size still runs step by step (lstm_cell per step)."""
     seen = []
     opdef = registry.get("lstm_cell")
     kernel = opdef.kernel

@@ -1,9 +1,10 @@
 """Recurrent modules: RNN, LSTM, GRU and their cells (torch.nn.modules.rnn).
 
 Parameter names, shapes, gate order and initialisation are torch's, so state dicts interchange.
-A layer computes the input projection of all time steps with one `linear`.  An LSTM layer
-without `proj_size` over a padded sequence then runs as one `lstm_layer` op (the time loop in
-its kernel, and one backward op).  Otherwise the module loops over time steps: each step is
+A layer computes the input projection of all time steps with one `linear`.  A GRU layer, or
+an LSTM layer without `proj_size`, over a padded sequence then runs as one `gru_layer` /
+`lstm_layer` op (the time loop in its kernel, and one backward op).  Otherwise (packed
+sequences, proj_size, the Elman RNN) the module loops over time steps: each step is
 the hidden projection (`linear`), an add and one fused cell op (`lstm_cell`, `gru_cell`, or
 tanh/relu for the Elman RNN).  A PackedSequence runs the same loop
 on the rows of each step; a sequence that has ended keeps its state, so the final hidden state
@@ -102,6 +103,15 @@ def _lstm_layer(x, h, c, weights, reverse):
     bias = b_ih if b_hh is None else b_hh if b_ih is None else b_ih + b_hh
     out, c, _ = call("lstm_layer", F.linear(x, w_ih, bias), h, c, w_hh, reverse=reverse)
     return out, S.select(out, 0, 0 if reverse else -1), c
+
+
+def _gru_layer(x, h, weights, reverse):
+    """A padded sequence through one GRU layer and direction: one `gru_layer` op."""
+    w_ih, w_hh, b_ih, b_hh, _ = weights
+    if b_hh is None:  # bias=False: the op takes a hidden bias; zeros change nothing
+        b_hh = creation.zeros(w_hh.shape[0], dtype=w_hh.dtype, device=h._where())
+    out, _ = call("gru_layer", F.linear(x, w_ih, b_ih), h, w_hh, b_hh, reverse=reverse)
+    return out, S.select(out, 0, 0 if reverse else -1)
 
 
 def _permute(hx, index):
@@ -307,6 +317,8 @@ class RNNBase(Module):
                 c = None if c0 is None else S.select(c0, 0, k)
                 if self.mode == "LSTM" and self.proj_size == 0 and sizes is None:
                     out, h, c = _lstm_layer(x, h, c, weights, d == 1)
+                elif self.mode == "GRU" and sizes is None:
+                    out, h = _gru_layer(x, h, weights, d == 1)
                 else:
                     proj = F.linear(x, weights[0], weights[2])
                     out, h, c = _run_direction(self.mode, proj, h, c, weights, d == 1, sizes)
