@@ -1,9 +1,12 @@
-"""Three PyTorch programs run unchanged with torch and with `import torch` giving sbpflow.
+"""Well-known PyTorch programs run unchanged with torch and with `import torch` giving sbpflow.
 
-Each program under `programs/` is a plain PyTorch script (an LSTM language model with packed
-sequences, a DCGAN, and a sub-pixel super-resolution net). The test runs it twice in fresh
-interpreters: once with the real torch, and once under `sbpflow.mock_torch`, where every
-`import torch...` resolves to sbpflow. The two runs must print the same losses.
+Each program under `programs/` is a plain PyTorch script written the way its original is (an
+LSTM language model with packed sequences, a DCGAN, a sub-pixel super-resolution net, the MNIST
+CNN and LSTM classifiers, a VAE, LSTMCell time-sequence prediction with LBFGS, polynomial
+regression, a Transformer language model, a nanoGPT-style character GPT, makemore's bigram and
+MLP models, and a GRU char-rnn), a few steps each. The test runs it twice in fresh interpreters:
+once with the real torch, and once under `sbpflow.mock_torch`, where every `import torch...`
+resolves to sbpflow. The two runs must print the same losses.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROGRAMS = ["lstm_lm", "dcgan", "super_resolution"]
+PROGRAMS = ["lstm_lm", "dcgan", "super_resolution", "mnist_cnn", "mnist_rnn", "vae",
+            "time_sequence", "regression", "transformer_lm", "nanogpt", "makemore", "char_rnn"]
 _UNDER_SBPFLOW = (
     "import runpy, sys, sbpflow.mock_torch as m; m.enable(); "
     "assert __import__('torch').__name__ == 'sbpflow'; "
