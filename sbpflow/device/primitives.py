@@ -474,6 +474,8 @@ class Primitives:
 
     def scatter(self, dst, axis: int, index, src, reduce: str | None = None):
         """In place: dst[..., index[i], ...] = (or +=, *=) src[i] along `axis`."""
+        if index.size == 0:
+            return dst  # nothing to scatter (and an empty index has no row shape to reshape to)
         idx = list(np.indices(index.shape, sparse=True))
         idx[axis] = index
         idx = tuple(idx)

@@ -537,6 +537,12 @@ INDEX_PROGRAMS = {
     "scatter_value": (lambda L, x: x.scatter(0, L.tensor([[2, 0, 1, 1]]), 9.5), (3, 4)),
     "scatter_add": (lambda L, x: L.scatter_add(x, 0, L.tensor([[2, 2, 1, 0], [2, 2, 2, 2]]),
                                                x[:2] ** 2), (3, 4)),
+    "scatter_add_empty_index": (lambda L, x: L.scatter_add(
+        x, 1, L.zeros(3, 0, dtype=L.int64), x[:, :0]), (3, 4)),
+    "scatter_add_empty_index_1d": (lambda L, x: x[0].scatter_add(
+        0, L.zeros(0, dtype=L.int64), x[0, :0]) * 2, (3, 4)),
+    "scatter_empty_index": (lambda L, x: x.scatter(0, L.zeros(0, 4, dtype=L.int64), 9.5),
+                            (3, 4)),
     "index_select": (lambda L, x: L.index_select(x, 1, L.tensor([3, 3, 0])), (3, 4)),
     "index_add": (lambda L, x: x.index_add(0, L.tensor([2, 0, 2]), x * 2, alpha=0.5), (3, 4)),
     "masked_fill": (lambda L, x: x.masked_fill(L.tensor([True, False, False, True]), -1.0),
