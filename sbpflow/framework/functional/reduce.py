@@ -524,6 +524,91 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 - torch's argument names
     return zeros.scatter_add(0, pos, inside.to(input.dtype))
 
 
+_histogram_result = type("histogram", (tuple,), {
+    "__slots__": (), "__module__": "sbpflow.return_types",
+    "__new__": lambda cls, hist, bin_edges: tuple.__new__(cls, (hist, bin_edges)),
+    "hist": property(lambda self: self[0]), "bin_edges": property(lambda self: self[1]),
+    "__repr__": lambda self: f"sbpflow.return_types.histogram(\nhist={self[0]!r},\n"
+                             f"bin_edges={self[1]!r})",
+})
+
+
+_CTYPE = {"float32": "float", "float64": "double", "float16": "c10::Half",
+          "bfloat16": "c10::BFloat16", "int64": "long int", "int32": "int", "int16": "short int",
+          "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
+
+
+def _cname(t) -> str:
+    """t's dtype as torch's C++ messages name it."""
+    return _CTYPE[t.dtype.name]
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
+    """(hist, bin_edges): the count (or summed weight) of input's values in each bin, where
+    `bins` is a count of equal bins over `range` (the data's range when None) or a 1-D tensor
+    of edges. A value on an inner edge counts in the bin to its right; the last edge is in the
+    last bin; values outside the edges are ignored. `density` divides by total * bin width."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"histogramdd\" not implemented for '{_tname(input)}'")
+    if weight is not None:
+        if tuple(weight.shape) != tuple(input.shape):
+            raise RuntimeError(
+                "torch.histogramdd: if weight tensor is provided it should have the same shape "
+                "as the input tensor excluding its innermost dimension, but got input with shape "
+                f"{[input.numel(), 1]} and weight with shape {list(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise RuntimeError(
+                "torch.histogramdd: if weight tensor is provided, input tensor and weight tensor "
+                f"should have the same dtype, but got input({_cname(input)}), and "
+                f"weight({_cname(weight)})")
+    x = input.detach().reshape(-1)
+    if is_tensor(bins):
+        if bins.ndim != 1:
+            raise RuntimeError("torch.histogramdd: bins tensor should have one dimension, but got "
+                               f"{bins.ndim} dimensions in the bins tensor for dimension 0")
+        if bins.dtype != input.dtype:
+            raise RuntimeError(
+                "torch.histogramdd: input tensor and bins tensors should have the same dtype, "
+                f"but got input with dtype {_cname(input)} and bins for dimension 0 with "
+                f"dtype {_cname(bins)}")
+        edges = bins.detach()
+    else:
+        from .creation import linspace
+
+        if bins <= 0:
+            raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for "
+                               "dimension 0")
+        if range is not None:
+            lo, hi = float(range[0]), float(range[1])
+        elif x.numel():
+            lo, hi = float(x.min().item()), float(x.max().item())
+        else:
+            lo, hi = 0.0, 1.0
+        if lo > hi:
+            raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min "
+                               f"{lo:g} max {hi:g} for dimension 0")
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise RuntimeError(f"torch.histogramdd: dimension 0's range [{lo:g}, {hi:g}] is not "
+                               "finite")
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        edges = linspace(lo, hi, bins + 1, dtype=input.dtype, device=input.device)
+    nbins = edges.numel() - 1
+    if nbins < 1:
+        raise RuntimeError("torch.histogram(): bins must be > 0, but got 0 for dimension 0")
+    inside = (x >= edges[0]) & (x <= edges[-1])
+    pos = (searchsorted(edges, x, right=True) - 1).clamp(0, nbins - 1)
+    pos = pos.masked_fill(inside.logical_not(), 0)
+    mass = inside.to(input.dtype)
+    if weight is not None:
+        mass = mass * weight.detach().reshape(-1)
+    zeros = _op("full", shape=(nbins,), fill_value=0, dtype=input.dtype, _device=input._where())
+    hist = zeros.scatter_add(0, pos, mass)
+    if density:
+        hist = hist / (hist.sum() * (edges[1:] - edges[:-1]))
+    return _histogram_result(hist, edges)
+
+
 def bincount(input, weights=None, minlength=0):
     """Counts (or summed weights) of each non-negative integer; the length is
     max(input) + 1 or minlength, read on the host."""
@@ -778,13 +863,14 @@ METHODS.update({
     "aminmax": aminmax, "nansum": nansum, "nanmean": nanmean, "nanmedian": nanmedian,
     "kthvalue": kthvalue, "mode": mode, "quantile": quantile, "nanquantile": nanquantile,
     "cummax": cummax, "cummin": cummin, "logcumsumexp": logcumsumexp, "histc": histc,
-    "bincount": bincount, "unique": unique, "unique_consecutive": unique_consecutive,
+    "histogram": histogram, "bincount": bincount, "unique": unique,
+    "unique_consecutive": unique_consecutive,
     "cov": cov, "corrcoef": corrcoef, "renorm": renorm,
     "renorm_": inplace_method("renorm_", renorm),
 })
 __all__ += [
     "aminmax", "bincount", "bucketize", "corrcoef", "cov", "cummax", "cummin",
-    "cumulative_trapezoid", "histc", "kthvalue", "logcumsumexp", "mode", "nanmean",
+    "cumulative_trapezoid", "histc", "histogram", "kthvalue", "logcumsumexp", "mode", "nanmean",
     "nanmedian", "nanquantile", "nansum", "quantile", "renorm", "searchsorted", "trapezoid",
     "trapz", "unique", "unique_consecutive",
 ]
