@@ -1,6 +1,7 @@
 """The layers PyTorch programs need (issue 11): sbpflow vs torch eager vs NumPy, side by side.
 
-Forward + backward of an LSTM, ConvTranspose2d, bilinear upsampling and MultiheadAttention,
+Forward + backward of an LSTM, a GRU, ConvTranspose2d, bilinear upsampling and
+MultiheadAttention,
 with identical weights and inputs.  The NumPy column is a hand-written forward only (the
 limit for our kernels on the forward); "-" where none is written.
 
@@ -65,6 +66,25 @@ def _np_lstm(x, w_ih, w_hh, b):
     return out
 
 
+def _np_gru(x, w_ih, w_hh, b_ih, b_hh):
+    """One-layer GRU forward (seq, batch, in) -> outputs, torch's gate order r, z, n."""
+    t_len, batch, _ = x.shape
+    hidden = w_hh.shape[1]
+    h = np.zeros((batch, hidden), x.dtype)
+    xw = x @ w_ih.T + b_ih
+    out = np.empty((t_len, batch, hidden), x.dtype)
+    for t in range(t_len):
+        gh = h @ w_hh.T + b_hh
+        ir, iz, in_ = np.split(xw[t], 3, axis=1)
+        hr, hz, hn = np.split(gh, 3, axis=1)
+        r = 1 / (1 + np.exp(-(ir + hr)))
+        z = 1 / (1 + np.exp(-(iz + hz)))
+        n = np.tanh(in_ + r * hn)
+        h = n + z * (h - n)
+        out[t] = h
+    return out
+
+
 def _np_bilinear_x2(x):
     """align_corners=False bilinear upsampling by 2 on the last two axes."""
     def axis_weights(n):
@@ -93,6 +113,15 @@ def cases(forward_only=False):
            step(torch, t_lstm, torch.tensor(x, requires_grad=True)),
            lambda x=x: _np_lstm(x, w["weight_ih_l0"], w["weight_hh_l0"],
                                 w["bias_ih_l0"] + w["bias_hh_l0"]))
+
+    t_gru = torch.nn.GRU(64, 128)
+    f_gru = flow.nn.GRU(64, 128)
+    _same_weights(f_gru, t_gru)
+    wg = {k: v.detach().numpy() for k, v in t_gru.state_dict().items()}
+    yield ("GRU 32x16x64->128", step(flow, f_gru, flow.tensor(x, requires_grad=True)),
+           step(torch, t_gru, torch.tensor(x, requires_grad=True)),
+           lambda x=x: _np_gru(x, wg["weight_ih_l0"], wg["weight_hh_l0"], wg["bias_ih_l0"],
+                               wg["bias_hh_l0"]))
 
     t_ct = torch.nn.ConvTranspose2d(32, 16, 4, 2, 1)
     f_ct = flow.nn.ConvTranspose2d(32, 16, 4, 2, 1)

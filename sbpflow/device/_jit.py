@@ -507,17 +507,28 @@ def _tanh(v):
 
 
 @_inline
-def _sigmoid_at(v, exact):
-    """sigmoid in float64: libm's exp when `exact` (float64 data), else the vectorising
-    polynomial (float32 data, rounded once)."""
-    if exact:
-        return 1.0 / (1.0 + math.exp(-v)) if v >= 0.0 else math.exp(v) / (1.0 + math.exp(v))
-    return _sigmoid(v)
+def _sigmoid_libm(v):
+    return 1.0 / (1.0 + math.exp(-v)) if v >= 0.0 else math.exp(v) / (1.0 + math.exp(v))
 
 
 @_inline
-def _tanh_at(v, exact):
-    return math.tanh(v) if exact else _tanh(v)
+def _act_into(dst, off, a, b, lo, hi, tanh, exact):
+    """dst[off + j] = act(a[j] + b[j]) for j in [lo, hi), in float64: sigmoid, or tanh when
+    `tanh`; libm's exp/tanh when `exact` (float64 data), else the vectorising forms (float32
+    data, rounded once).  The branches sit outside the loops, so each loop vectorises."""
+    if exact:
+        if tanh:
+            for j in range(lo, hi):
+                dst[off + j] = math.tanh(np.float64(a[j]) + np.float64(b[j]))
+        else:
+            for j in range(lo, hi):
+                dst[off + j] = _sigmoid_libm(np.float64(a[j]) + np.float64(b[j]))
+    elif tanh:
+        for j in range(lo, hi):
+            dst[off + j] = _tanh(np.float64(a[j]) + np.float64(b[j]))
+    else:
+        for j in range(lo, hi):
+            dst[off + j] = _sigmoid(np.float64(a[j]) + np.float64(b[j]))
 
 
 @_jit_fma
@@ -528,23 +539,20 @@ def lstm_step(proj_t, hw, h_prev, c_prev, r, h_out, c_out, exact):
     loop runs over one contiguous stretch of a row with few arrays, so it vectorises (one loop
     over all seven blocks did not)."""
     rows, hs = c_prev.shape
+    zero = np.zeros(hs)
     for b in range(rows):
         pr, hr, rr = proj_t[b], hw[b], r[b]
-        for j in range(2 * hs):  # i, f
-            rr[3 * hs + j] = _sigmoid_at(np.float64(pr[j]) + np.float64(hr[j]), exact)
-        for j in range(2 * hs, 3 * hs):  # g
-            rr[3 * hs + j] = _tanh_at(np.float64(pr[j]) + np.float64(hr[j]), exact)
-        for j in range(3 * hs, 4 * hs):  # o
-            rr[3 * hs + j] = _sigmoid_at(np.float64(pr[j]) + np.float64(hr[j]), exact)
+        _act_into(rr, 3 * hs, pr, hr, 0, 2 * hs, False, exact)  # i, f
+        _act_into(rr, 3 * hs, pr, hr, 2 * hs, 3 * hs, True, exact)  # g
+        _act_into(rr, 3 * hs, pr, hr, 3 * hs, 4 * hs, False, exact)  # o
         hp, cp, ho, co = h_prev[b], c_prev[b], h_out[b], c_out[b]
         for j in range(hs):
             rr[j] = hp[j]
             rr[hs + j] = cp[j]
         for j in range(hs):
-            c = np.float64(rr[4 * hs + j]) * np.float64(cp[j]) + np.float64(
+            co[j] = np.float64(rr[4 * hs + j]) * np.float64(cp[j]) + np.float64(
                 rr[3 * hs + j]) * np.float64(rr[5 * hs + j])
-            co[j] = c
-            rr[2 * hs + j] = _tanh_at(c, exact)
+        _act_into(rr, 2 * hs, co, zero, 0, hs, True, exact)  # tanh(c)
         for j in range(hs):
             ho[j] = rr[6 * hs + j] * rr[2 * hs + j]
 
@@ -578,18 +586,20 @@ def gru_step(proj_t, gh, h_prev, r, h_out, exact):
     torch's (r, z, n) order; writes r (B, 5H) = [h_prev | r z n (activated) | gh_n] and
     h_out = n + z (h_prev - n), in float64 (`exact`: with libm)."""
     rows, hs = h_prev.shape
+    pre_n = np.empty(hs)
+    zero = np.zeros(hs)
     for b in range(rows):
         pr, gr, rr = proj_t[b], gh[b], r[b]
-        for j in range(2 * hs):  # r, z
-            rr[hs + j] = _sigmoid_at(np.float64(pr[j]) + np.float64(gr[j]), exact)
+        _act_into(rr, hs, pr, gr, 0, 2 * hs, False, exact)  # r, z
         hp, ho = h_prev[b], h_out[b]
         for j in range(hs):
             rr[j] = hp[j]
             rr[4 * hs + j] = gr[2 * hs + j]
+            pre_n[j] = np.float64(pr[2 * hs + j]) + np.float64(rr[hs + j]) * np.float64(
+                gr[2 * hs + j])
+        _act_into(rr, 3 * hs, pre_n, zero, 0, hs, True, exact)  # n
         for j in range(hs):
-            n = _tanh_at(np.float64(pr[2 * hs + j]) + np.float64(rr[hs + j]) * np.float64(
-                gr[2 * hs + j]), exact)
-            rr[3 * hs + j] = n
+            n = np.float64(rr[3 * hs + j])
             ho[j] = n + np.float64(rr[2 * hs + j]) * (np.float64(hp[j]) - n)
 
 
