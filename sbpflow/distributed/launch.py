@@ -25,10 +25,11 @@ The job never outlives the launcher: SIGINT, SIGTERM and SIGHUP to the launcher 
 to mpiexec, which ends every rank; mpiexec is started with a parent-death signal (SIGTERM,
 `prctl(PR_SET_PDEATHSIG)`), so a SIGKILLed launcher (the OOM killer, `timeout -s KILL`)
 ends the job the same way. When ranks fail, the summary names the first failure as the
-cause, and the ranks
-ended after it as stopped because of it. hydra's own report cannot tell them apart (it kills
-the others by the same SIGKILL, and may name one of them), so the launcher watches this
-machine's ranks and takes the one whose process ended first.
+cause, and the ranks ended after it as stopped because of it. hydra's own report cannot tell
+them apart (it kills the others by the same SIGKILL, and may name one of them), so each rank
+starts through `rank_start.py`, whose watcher process records when the rank's process ended
+before hydra can react to it (see that file); the launcher takes the MPI_Abort caller hydra
+names, else the failed rank recorded ending first when every rank ran on this machine.
 
 One launcher per machine (OneFlow's and torchrun's form): `--nnodes M --node_rank K
 --master_addr A --master_port P` run on each of M machines forms one job of M * N ranks,
@@ -55,16 +56,19 @@ import ctypes
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
-import uuid
 from pathlib import Path
 
 DEFAULT_MASTER_PORT = "29500"  # torchrun's default
 PROXY_RETRIES = 120  # seconds node K waits for node 0's mpiexec to listen
+# Every rank starts through it (see its docstring); run as a file, so it imports no sbpflow.
+RANK_START = str(Path(__file__).resolve().with_name("rank_start.py"))
+_RECORD_ENV = "SBPFLOW_RANK_RECORD"  # where rank_start.py's watchers record the ranks' ends
 USAGE = (
     "usage: python -m sbpflow.distributed.launch --nproc-per-node N [--hostfile FILE | "
     "--nnodes M --node_rank K --master_addr A --master_port P] [--no_python] [--logdir DIR] "
@@ -221,6 +225,7 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
         cmd += ["-launcher", "manual", "-localhost", master_addr, "-hosts", ",".join(hosts),
                 "-ppn", str(nproc_per_node)]
     run = list(program) if no_python else [sys.executable, "-m", "mpi4py", *program]
+    start = [sys.executable, "-I", "-S", RANK_START]
     for rank in range(world_size):
         if rank:
             cmd.append(":")
@@ -235,7 +240,9 @@ def build_command(nproc_per_node: int, hostfile: str | None, program: list[str],
         if logdir:
             # Made and opened by the rank's own shell, so on the rank's machine.
             log = os.path.join(os.path.abspath(logdir), f"rank-{rank}.log")
-            cmd += ["/bin/sh", "-c", 'mkdir -p "${0%/*}" && exec "$@" > "$0" 2>&1', log]
+            cmd += [*start, "/bin/sh", "-c", 'mkdir -p "${0%/*}" && exec "$@" > "$0" 2>&1', log]
+        else:
+            cmd += start
         cmd += run
     return cmd
 
@@ -377,7 +384,6 @@ def describe_remote_failure(output: bytes, hosts: list[str], nproc: int) -> list
 
 
 _ABORT_RANK = re.compile(rb"MPI_Abort\(\S+, -?\d+\) - process (\d+)")
-_LAUNCH_ID = "SBPFLOW_LAUNCH_ID"  # marks the job's processes, to map a PID to its rank
 _PR_SET_PDEATHSIG = 1
 
 
@@ -389,98 +395,70 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-class _RankWatch:
-    """Watches this machine's ranks, to tell which one ended first.
 
-    hydra kills the others with the same SIGKILL the failed rank may have died of, and its
-    "BAD TERMINATION" report may name one of them, so neither tells. This thread finds the
-    ranks in /proc (by a marker in their environment), holds a pidfd for each, and records
-    the order the ranks' processes ended in. It looks for ranks every `POLL_S` for at most
-    `LOOK_S` seconds, and stops when every rank found has ended or when told to.
-    """
 
-    POLL_S = 0.2
-    LOOK_S = 60.0
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
 
-    def __init__(self, launch_id: str, world_size: int):
-        self.ended: list[list[int]] = []  # ranks whose processes ended, batch by batch
-        # Every rank was watched when the first one ended (else the first may have ended
-        # unseen: before it was found, or on another machine).
-        self.all_watched = False
-        self._pids: dict[int, int] = {}
-        self._marker = f"{_LAUNCH_ID}={launch_id}".encode()
-        self._world_size = world_size
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rank-watch", daemon=True)
-        self._thread.start()
 
-    def _scan(self) -> None:
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) in self._pids:
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    environ = f.read().split(b"\0")
-            except OSError:
-                continue
-            if self._marker not in environ:
-                continue
-            for var in environ:
-                if var.startswith(b"PMI_RANK="):
-                    self._pids[int(entry.name)] = int(var[9:])
+@dataclasses.dataclass
+class RankRecords:
+    """What the ranks' watchers (rank_start.py) recorded: the order the ranks' processes
+    ended in, batch by batch (ranks that ended in the same nanosecond share a batch), and
+    whether every rank of the job was watched on this machine (this boot of it: monotonic
+    times of one boot compare). A rank on another machine is not: then the first rank seen
+    ending here need not be the first to end."""
 
-    def _run(self) -> None:
-        import select
+    ended: list[list[int]]
+    all_watched: bool
 
-        poller, fds, watched = select.poll(), {}, set()
-        deadline = time.monotonic() + self.LOOK_S
+    @classmethod
+    def read(cls, path: str, world_size: int, boot: str | None = None) -> RankRecords:
+        boot = _boot_id() if boot is None else boot
+        watched, ends = set(), {}
         try:
-            while fds or len(watched) < self._world_size:
-                stopping = self._stop.is_set()  # then one last look at what has ended
-                if (not stopping and len(self._pids) < self._world_size
-                        and time.monotonic() < deadline):
-                    self._scan()
-                for pid, rank in self._pids.items():
-                    if rank in watched:
-                        continue
-                    watched.add(rank)
-                    try:
-                        fd = os.pidfd_open(pid)
-                    except OSError:  # already gone, or no pidfds: this rank is not watched
-                        continue
-                    fds[fd] = rank
-                    poller.register(fd, select.POLLIN)
-                ready = [fd for fd, _ in poller.poll(0 if stopping else self.POLL_S * 1000)]
-                if ready:
-                    if not self.ended:
-                        self.all_watched = len(fds) == self._world_size
-                    self.ended.append(sorted(fds[fd] for fd in ready))
-                for fd in ready:
-                    poller.unregister(fd)
-                    os.close(fd)
-                    del fds[fd]
-                if stopping:
-                    return
-                if not fds and len(self._pids) < self._world_size and time.monotonic() >= deadline:
-                    return  # ranks on other machines: nothing left to watch here
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            parts = line.split()
+            try:
+                if parts[0] == "watch" and parts[2] == boot:
+                    watched.add(int(parts[1]))
+                elif parts[0] == "end" and parts[3] == boot:
+                    ends.setdefault(int(parts[1]), int(parts[2]))
+            except (IndexError, ValueError):
+                continue  # a line cut short: ignored
+        batches: dict[int, list[int]] = {}
+        for rank, t in ends.items():
+            batches.setdefault(t, []).append(rank)
+        return cls([sorted(batches[t]) for t in sorted(batches)],
+                   watched >= set(range(world_size)))
 
 
-def _culprit(output: bytes, watch: _RankWatch, statuses: list[int]) -> int | None:
-    """The rank that failed first, when it can be told; None otherwise."""
-    if watch.ended and watch.all_watched:  # the first process to end began the failure
-        failed = [r for r in watch.ended[0] if r < len(statuses) and statuses[r] != 0]
-        if len(failed) == 1:  # several in the same instant: cannot tell which was first
-            return failed[0]
+def _culprit(output: bytes, records: RankRecords, statuses: list[int]) -> int | None:
+    """The rank that failed first, when it can be told; None otherwise.
+
+    A rank that called MPI_Abort (hydra names it) ended the job on purpose: it is the cause,
+    whichever process hydra's kill then ended first. Otherwise the first failed rank whose
+    process ended, when every rank was watched (its watcher's record precedes whatever hydra
+    did about its end, so no rank hydra killed because of it can be recorded before it).
+    """
     m = _ABORT_RANK.search(output)
     if m:
         return int(m.group(1))
+    if records.all_watched:
+        for batch in records.ended:
+            failed = [r for r in batch if r < len(statuses) and statuses[r] != 0]
+            if len(failed) == 1:
+                return failed[0]
+            if failed:  # several in the same instant: cannot tell which was first
+                return None
     return None
 
 
@@ -591,38 +569,41 @@ def main(argv: list[str] | None = None) -> None:
         print(" ".join(cmd))
         return
     sys.stdout.flush()
-    launch_id = uuid.uuid4().hex
     world_size = nproc * (len(read_hostfile(hostfile)) if hostfile else opts.nnodes)
-    env = {**os.environ, _LAUNCH_ID: launch_id}
+    record_dir = tempfile.mkdtemp(prefix="sbpflow-launch-")
+    record = os.path.join(record_dir, "ranks")
+    env = {**os.environ, _RECORD_ENV: record}
     mpiexec_env = dict(env)
     # node 0's mpiexec listens on the master port, where the proxies connect (only hydra reads
     # MPIEXEC_PORT_RANGE; the MPI library in the ranks reads MPIR_CVAR_/MPICH_PORT_RANGE).
     if multi:
         mpiexec_env["MPIEXEC_PORT_RANGE"] = "{0}:{0}".format(
             rendezvous(["127.0.0.1"], opts.master_addr, opts.master_port)[1])
-    # mpiexec's stdout is relayed (to read which rank failed from its exit-code line);
-    # stdin and stderr are shared as they are.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=mpiexec_env,
-                            preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
-    procs = [proc]
-    _forward_signals(procs)
-    on_launch = (lambda line: _start_proxy(line, env, procs)) if multi else None
-    watch = _RankWatch(launch_id, world_size)
-    tail = bytearray()
     try:
-        exit_line = _relay(proc.stdout.fileno(), sys.stdout.buffer, tail, on_launch)
-        code = proc.wait()
-        for proxy in procs[1:]:
-            proxy.wait()
+        # mpiexec's stdout is relayed (to read which rank failed from its exit-code line);
+        # stdin and stderr are shared as they are.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=mpiexec_env,
+                                preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
+        procs = [proc]
+        _forward_signals(procs)
+        on_launch = (lambda line: _start_proxy(line, env, procs)) if multi else None
+        tail = bytearray()
+        try:
+            exit_line = _relay(proc.stdout.fileno(), sys.stdout.buffer, tail, on_launch)
+            code = proc.wait()
+            for proxy in procs[1:]:
+                proxy.wait()
+        finally:
+            for p in procs:
+                if p.poll() is None:  # the launcher itself failed: never leave the job behind
+                    p.terminate()
+        records = RankRecords.read(record, world_size)
     finally:
-        watch.stop()
-        for p in procs:
-            if p.poll() is None:  # the launcher itself failed: never leave the job behind
-                p.terminate()
+        shutil.rmtree(record_dir, ignore_errors=True)
     status = code if code >= 0 else 128 - code
     if code != 0:
         statuses = rank_statuses(exit_line) if exit_line else []
-        culprit = _culprit(bytes(tail), watch, statuses)
+        culprit = _culprit(bytes(tail), records, statuses)
         failures = describe_failures(statuses, culprit)
         if (hostfile or multi) and (not failures or culprit is None):
             # Several machines and no known first failure: hydra's report of the first bad

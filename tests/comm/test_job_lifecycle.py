@@ -203,21 +203,42 @@ def test_summary_names_the_first_failure_and_the_stopped_ranks():
 
 
 def test_the_first_rank_seen_ending_is_the_cause_only_when_every_rank_was_watched():
-    from types import SimpleNamespace
-
-    from sbpflow.distributed.launch import _culprit
+    from sbpflow.distributed.launch import RankRecords, _culprit
 
     statuses = [_w(sig=9), _w(sig=9), _w(sig=9)]
-    seen = SimpleNamespace(ended=[[1], [0, 2]], all_watched=True)
+    seen = RankRecords(ended=[[1], [0, 2]], all_watched=True)
     assert _culprit(b"", seen, statuses) == 1
-    # Rank 1 ended before it was found: rank 0, seen first, is not the cause.
-    unseen = SimpleNamespace(ended=[[0], [2]], all_watched=False)
+    # A rank not watched (another machine's): rank 0, seen first here, is not the cause.
+    unseen = RankRecords(ended=[[0], [2]], all_watched=False)
     assert _culprit(b"", unseen, statuses) is None
     # Two at once cannot be told apart; hydra naming an MPI_Abort caller can.
-    together = SimpleNamespace(ended=[[0, 2]], all_watched=True)
+    together = RankRecords(ended=[[0, 2]], all_watched=True)
     assert _culprit(b"", together, statuses) is None
     abort = b"application called MPI_Abort(MPI_COMM_WORLD, 3) - process 2\n"
     assert _culprit(abort, together, statuses) == 2
+    # The MPI_Abort caller ended the job on purpose, even if a rank hydra killed ended first.
+    assert _culprit(abort, seen, statuses) == 2
+    # A rank that ended cleanly first (status 0) is not a failure: the next batch is.
+    assert _culprit(b"", RankRecords([[0], [2], [1]], True), [0, _w(sig=9), _w(sig=9)]) == 2
+
+
+def test_rank_records_are_read_from_the_watchers_lines(tmp_path):
+    from sbpflow.distributed.launch import RankRecords
+
+    boot, other = "b00t", "0ther"
+    record = tmp_path / "ranks"
+    record.write_text("".join([
+        f"watch 2 {boot}\n", f"watch 0 {boot}\n", f"watch 1 {boot}\n",
+        f"end 2 500 {boot}\n", f"end 0 700 {boot}\n", f"end 1 700 {boot}\n",
+        f"end 3 100 {other}\n",  # another machine's clock: not comparable, ignored
+        "end 1 9",  # a line cut short
+    ]))
+    records = RankRecords.read(str(record), 3, boot=boot)
+    assert records.ended == [[2], [0, 1]] and records.all_watched
+    # Rank 3 watched only on another boot: not every rank of 4 was watched here.
+    assert not RankRecords.read(str(record), 4, boot=boot).all_watched
+    missing = RankRecords.read(str(tmp_path / "none"), 2, boot=boot)
+    assert missing.ended == [] and not missing.all_watched
 
 
 def test_kill_summary_on_four_ranks_names_the_victim_as_the_cause():
@@ -230,3 +251,41 @@ def test_kill_summary_on_four_ranks_names_the_victim_as_the_cause():
     for r in (0, 1, 3):  # bystanders are never named as killed like the victim
         assert f"rank {r} was killed" not in summary, summary
 
+
+
+@pytest.mark.parametrize("end", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_a_ranks_files_close_only_after_its_end_is_recorded(tmp_path, end):
+    # hydra reacts to a rank's end when its PMI socket and stdout close: with rank_start.py
+    # the watcher holds them until it has recorded the end, so whatever hydra does about it
+    # (killing the other ranks) comes after the record. Here the test plays hydra.
+    import socket
+    import sys
+
+    from sbpflow.distributed.launch import RANK_START
+
+    record = tmp_path / "ranks"
+    program = ("import os, signal, sys; sys.stdout.write(f'{os.getpid()} {os.getppid()}\\n'); "
+               f"sys.stdout.flush(); {end}")
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        env = {**os.environ, "PMI_RANK": "5", "PMI_FD": str(theirs.fileno()),
+               "SBPFLOW_RANK_RECORD": str(record)}
+        proc = subprocess.Popen([sys.executable, "-I", "-S", RANK_START, sys.executable, "-c",
+                                 program], stdout=subprocess.PIPE, env=env,
+                                pass_fds=(theirs.fileno(),))
+        theirs.close()
+        first = proc.stdout.readline().split()
+        ours.settimeout(30)
+        assert ours.recv(1) == b""  # the PMI socket closed: the rank and its watcher ended
+        at_pmi_eof = record.read_text()
+        assert proc.stdout.read() == b""  # stdout closed too
+        at_stdout_eof = record.read_text()
+        status = proc.wait(timeout=30)
+    # The rank is the process hydra started (the same pid and parent), not a child of it.
+    assert [int(x) for x in first] == [proc.pid, os.getpid()]
+    assert status == (3 if end.startswith("os._exit") else -signal.SIGKILL)
+    boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    for seen in (at_pmi_eof, at_stdout_eof):
+        lines = seen.splitlines()
+        assert lines[0] == f"watch 5 {boot}", seen
+        assert len(lines) == 2 and lines[1].startswith("end 5 ") and lines[1].endswith(boot)
