@@ -14,6 +14,7 @@ from ._core.dtype import DType as dtype  # noqa: N813 - torch's name
 from ._core.dtype import bool_ as bool  # noqa: A001 - torch's name
 from ._core.dtype import promote_types
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .autograd.grad_mode import is_inference_mode_enabled
 from .device import Device as device  # noqa: N813
 from .framework import interpreter as _interpreter  # noqa: F401  (installs the dispatcher)
 from .framework import global_tensor as _global_tensor  # noqa: F401  (the global interpreter)

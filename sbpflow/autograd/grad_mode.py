@@ -8,6 +8,7 @@ import threading
 
 class _State(threading.local):
     enabled = True
+    inference = False
 
 
 _state = _State()
@@ -15,6 +16,10 @@ _state = _State()
 
 def is_grad_enabled() -> bool:
     return _state.enabled
+
+
+def is_inference_mode_enabled() -> bool:
+    return _state.inference
 
 
 class _GradModeContext:
@@ -92,3 +97,12 @@ class inference_mode(no_grad):
 
     def _clone(self):
         return inference_mode(not self._target)
+
+    def __enter__(self):
+        self._prev_inference = _state.inference
+        _state.inference = not self._target
+        super().__enter__()
+
+    def __exit__(self, *exc):
+        _state.inference = self._prev_inference
+        return super().__exit__(*exc)

@@ -1133,3 +1133,29 @@ def test_autograd_variable_function_is_deprecated_like_torch():
     for lib in (torch, flow):
         with pytest.raises(RuntimeError, match=r"variable\(...\) is deprecated"):
             lib.autograd.variable(1.0)
+
+
+def _inference_mode_trace(lib):
+    seen = [lib.is_inference_mode_enabled()]
+    with lib.inference_mode():
+        seen.append((lib.is_inference_mode_enabled(), lib.is_grad_enabled()))
+        with lib.inference_mode(False):
+            seen.append((lib.is_inference_mode_enabled(), lib.is_grad_enabled()))
+        with lib.no_grad():
+            seen.append((lib.is_inference_mode_enabled(), lib.is_grad_enabled()))
+        seen.append((lib.is_inference_mode_enabled(), lib.is_grad_enabled()))
+
+    @lib.inference_mode()
+    def inside():
+        return lib.is_inference_mode_enabled()
+
+    @lib.inference_mode
+    def inside_bare():
+        return lib.is_inference_mode_enabled()
+
+    seen += [inside(), inside_bare(), lib.is_inference_mode_enabled()]
+    return seen
+
+
+def test_is_inference_mode_enabled_matches_torch():
+    assert _inference_mode_trace(flow) == _inference_mode_trace(torch)
