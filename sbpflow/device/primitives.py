@@ -37,9 +37,12 @@ from . import random as _rng
 from .allocator import LARGE, CachingAllocator
 from .special import erf as _erf
 
-# inf and nan are values here, as in torch: NumPy's floating-point warnings raised from this
-# module (log(0), 0/0, overflow) are not errors of the user's program.
-warnings.filterwarnings("ignore", category=RuntimeWarning, module=__name__)
+# inf and nan are values here, as in torch: NumPy's floating-point warnings (log(0), 0/0,
+# overflow) are not errors of the user's program, and torch prints none.  They are attributed
+# to the line that called NumPy, which is a primitive, a call plan's direct ufunc in the
+# interpreter, or a graph's compiled step: any sbpflow module.  (sbpflow itself warns with
+# other categories.)
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"sbpflow\.")
 
 
 def _arr(r):
@@ -140,13 +143,15 @@ def _check_int_divisor(b) -> None:
         raise RuntimeError("ZeroDivisionError")
 
 
+# The ufuncs' own reduce, not np.sum & co.: those Python wrappers would be the frame NumPy's
+# floating-point warnings are attributed to, outside sbpflow (see the filter above).
 _REDUCE = {
-    "sum": np.sum,
-    "prod": np.prod,
-    "max": np.max,
-    "min": np.min,
-    "any": np.any,
-    "all": np.all,
+    "sum": np.add.reduce,
+    "prod": np.multiply.reduce,
+    "max": np.maximum.reduce,
+    "min": np.minimum.reduce,
+    "any": np.logical_or.reduce,
+    "all": np.logical_and.reduce,
 }
 
 # dtypes the numba loops of `_jit` take

@@ -100,6 +100,7 @@ class Chain:
         self.inplace_assigns: set[str] = set()  # variables their update kernel writes
         self.source, env = self._generate(task, plan, linked, variables, prims, block,
                                           rng_index or {})
+        env["__name__"] = __name__  # the generated lines' module (warning filters)
         code = compile(self.source, self.filename, "exec")
         # So tracebacks show the generated lines.
         lines = self.source.splitlines(keepends=True)

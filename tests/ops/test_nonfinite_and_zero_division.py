@@ -7,6 +7,10 @@ the reliability report and the division-by-zero errors, inline and from the VM's
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
@@ -91,3 +95,31 @@ def test_float_and_nonzero_integer_division_are_unchanged():
     _same(a // torch.tensor([2, 2, -3]), flow.tensor([5, -3, 7]) // flow.tensor([2, 2, -3]))
     _same(a.double() / 0, flow.tensor([5, -3, 7]).double() / 0)  # inf, as in torch
     _same(a / torch.tensor([0, 1, 2]), flow.tensor([5, -3, 7]) / flow.tensor([0, 1, 2]))
+
+
+def test_non_finite_results_print_no_numpy_warnings():
+    """inf and NaN results are values, as in torch: no NumPy RuntimeWarning reaches the user
+    from any path that computes them (a call plan's inline ufunc, the primitives on the VM
+    worker, a reduction, an nn.Graph step), even under `-W default`."""
+    code = textwrap.dedent("""
+        import sbpflow as flow
+        nan, inf = float("nan"), float("inf")
+        x = flow.tensor([0.0, -1.0, inf, -inf, nan])
+        y = [x.log(), x.sqrt(), x - x, x * 0, x / 0, x.exp() * 0, (x * 1e308) * 10]
+        big = flow.full((600, 600), -1.0)  # past the inline limit: runs on the worker
+        y += [big.log(), big.sqrt(), (big - big.abs()) / 0]
+        y += [x.sum(), x.mean(), x.std(), x.var(), x.prod(), x.norm(), x.softmax(0)]
+
+        class G(flow.nn.Graph):
+            def build(self, t):
+                return (t.log() * t.sqrt()).sum()
+
+        y.append(G()(x))
+        flow.synchronize()
+        print("ok", len(y))
+    """)
+    res = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("ok 18"), res.stdout
+    assert "Warning" not in res.stderr, res.stderr

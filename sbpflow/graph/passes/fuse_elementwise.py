@@ -785,6 +785,7 @@ def resolve(node, job=None):
     kernel(ctx, *arrays, out=None, **attrs)."""
     attrs = node.attrs
     source, env, jit_sources = _driver_source(attrs)
+    env["__name__"] = __name__  # the generated lines' module (warning filters, tracebacks)
     exec(compile(source, f"<fused_elementwise {node.name}>", "exec"), env)  # noqa: S102
     driver = env["driver"]
     out_np = dt._by_name(attrs["steps"][-1][2]).np
