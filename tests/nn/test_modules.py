@@ -58,6 +58,9 @@ CASES = [
     ("BatchNorm2d", lambda m: m.BatchNorm2d(3), (_x(4, 3, 5, 5),)),
     ("LayerNorm", lambda m: m.LayerNorm(6), (_x(3, 4, 6),)),
     ("LayerNorm-2d", lambda m: m.LayerNorm((4, 6)), (_x(3, 4, 6),)),
+    ("RMSNorm", lambda m: m.RMSNorm(6), (_x(3, 4, 6),)),
+    ("RMSNorm-2d-eps", lambda m: m.RMSNorm([4, 6], eps=1e-2), (_x(3, 4, 6) * 0.05,)),
+    ("RMSNorm-no-affine", lambda m: m.RMSNorm(6, elementwise_affine=False), (_x(2, 6),)),
     ("GroupNorm", lambda m: m.GroupNorm(2, 4), (_x(3, 4, 5, 5),)),
     ("ReLU", lambda m: m.ReLU(), (_x(3, 4),)),
     ("GELU", lambda m: m.GELU(), (_x(3, 4),)),
@@ -261,3 +264,40 @@ def test_containers_match_torch():
     assert isinstance(seq[1], nn.ReLU) and len(seq[1:]) == 2
     del seq[0]
     assert [n for n, _ in seq.named_parameters()] == ["1.weight", "1.bias"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_rms_norm_functional_matches_torch(dtype):
+    x, w = _x(2, 3, 5) * 3, _x(3, 5, seed=1)
+    outs = []
+    for lib in (flow, torch):
+        xt = lib.tensor(x).to(getattr(lib, dtype)).requires_grad_()
+        wt = lib.tensor(w).to(getattr(lib, dtype)).requires_grad_()
+        y = lib.nn.functional.rms_norm(xt, (3, 5), wt)
+        z = lib.rms_norm(xt, [5], eps=0.5)  # the top-level name, no weight
+        (y * y + z).sum().backward()
+        outs.append([t.detach().float().numpy() for t in (y, z, xt.grad, wt.grad)])
+        assert y.dtype == xt.dtype
+    tol = 1e-2 if dtype == "bfloat16" else 1e-5
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.nn.functional.rms_norm(lib.ones(3, 5), (4,)),
+    lambda lib: lib.nn.functional.rms_norm(lib.ones(3, 5), (2, 3, 5)),
+    lambda lib: lib.nn.functional.rms_norm(lib.ones(3, 5), (5,), weight=lib.ones(4)),
+])
+def test_rms_norm_errors_match_torch(call):
+    with pytest.raises((RuntimeError, ValueError)) as theirs:
+        call(torch)
+    with pytest.raises(type(theirs.value)) as ours:
+        call(flow)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_rms_norm_module_repr_and_state():
+    for kwargs in ({}, {"eps": 1e-6, "elementwise_affine": False}):
+        ours, theirs = nn.RMSNorm([5], **kwargs), torch.nn.RMSNorm([5], **kwargs)
+        assert repr(ours) == repr(theirs)
+        assert list(ours.state_dict()) == list(theirs.state_dict())

@@ -33,7 +33,7 @@ _TOP_LEVEL_NN = {
     "hardshrink", "threshold", "threshold_", "softmax", "log_softmax", "dropout", "dropout_",
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "adaptive_avg_pool1d",
-    "layer_norm", "group_norm", "cosine_similarity", "pairwise_distance", "bilinear",
+    "layer_norm", "rms_norm", "group_norm", "cosine_similarity", "pairwise_distance", "bilinear",
     "pixel_shuffle", "pixel_unshuffle",
     "gather_nd",  # OneFlow's flow.gather_nd
 }

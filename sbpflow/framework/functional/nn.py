@@ -455,6 +455,33 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     return call("layer_norm", input, weight, bias, normalized_shape=ns, eps=eps)
 
 
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """input / sqrt(mean(input**2 over the normalized dims) + eps) * weight, computed in
+    float32 for 16-bit inputs; eps defaults to the machine epsilon of that computing dtype."""
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(ns) > input.ndim:
+        raise ValueError(f"Input tensor must have at least {len(ns)} dimensions, but got "
+                         f"{input.ndim}")
+    if tuple(input.shape[input.ndim - len(ns):]) != ns:
+        raise RuntimeError(f"Given normalized_shape={list(ns)}, expected input with shape "
+                           f"[*{', '.join(map(str, ns))}], but got input of size"
+                           f"{list(input.shape)}")
+    if weight is not None and tuple(weight.shape) != ns:
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got "
+                           f"weight of shape {list(weight.shape)} and normalized_shape = "
+                           f"{list(ns)}")
+    compute = dt.float32 if input.dtype.itemsize < 4 else input.dtype
+    if eps is None:
+        eps = float(np.finfo(compute.np).eps)
+    x = input.to(compute)
+    dims = tuple(range(input.ndim - len(ns), input.ndim))
+    y = x * (x * x).mean(dims, keepdim=True).add(eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    return y.to(input.dtype)
+
+
 def _channel_affine(y: Tensor, weight, bias, ndim: int) -> Tensor:
     shape = _feature_shape(y.shape[1], ndim, 1)
     if weight is not None:
@@ -1159,7 +1186,7 @@ __all__ = [
     "huber_loss", "instance_norm", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "leaky_relu_",
     "linear", "log_softmax", "logsigmoid", "margin_ranking_loss", "mish", "mse_loss",
     "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot", "pairwise_distance",
-    "poisson_nll_loss", "prelu", "relu", "relu6", "relu_", "rrelu", "rrelu_",
+    "poisson_nll_loss", "prelu", "relu", "relu6", "relu_", "rms_norm", "rrelu", "rrelu_",
     "scaled_dot_product_attention", "selu", "selu_", "sigmoid", "silu", "smooth_l1_loss",
     "soft_margin_loss", "softmax", "softmin", "softplus", "softshrink", "softsign", "tanh",
     "tanhshrink", "threshold", "threshold_", "triplet_margin_loss",

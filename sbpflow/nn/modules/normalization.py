@@ -1,4 +1,4 @@
-"""Normalisation layers: batch, instance, layer, group and local response normalisation.
+"""Normalisation layers: batch, instance, layer, RMS, group and local response normalisation.
 
 torch spreads them over batchnorm.py, instancenorm.py and normalization.py; those module
 paths re-export from here.
@@ -16,7 +16,7 @@ from .. import init
 from .module import Module
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "InstanceNorm1d",
-           "InstanceNorm2d", "InstanceNorm3d", "LayerNorm", "LocalResponseNorm"]
+           "InstanceNorm2d", "InstanceNorm3d", "LayerNorm", "LocalResponseNorm", "RMSNorm"]
 
 
 class _NormBase(Module):
@@ -192,6 +192,32 @@ class LayerNorm(Module):
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class RMSNorm(Module):
+    def __init__(self, normalized_shape, eps: float | None = None,
+                 elementwise_affine: bool = True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(creation.ones(*self.normalized_shape, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, "
