@@ -22,9 +22,15 @@ also starts MPI at once: a crash after `import sbpflow` is then always seen by h
   their watchdog as "at the exit barrier", not as an unexplained hang.
 `abort_job` works with MPI started or not (without MPI it kills this process by SIGKILL,
 which hydra also turns into a job-wide kill). Under a plain `mpiexec python script.py` a
-`raise SystemExit(n)` written directly (not through `sys.exit`, `exit` or `quit`) never
-reaches Python code before exit on CPython 3.11, so its status is not seen: that rank waits at
-the exit barrier like a clean end. Run scripts through the launcher or `python -m mpi4py`.
+`raise SystemExit(n)` written directly (not through `sys.exit`, `exit` or `quit`) reaches no
+Python code before exit on CPython 3.11 (the status lives in a C variable while atexit
+handlers run). The atexit handler still sees where the main program stopped: at a `raise` of
+SystemExit with a constant, a module-level name or nothing, it reads the status from there
+and takes the path above. Otherwise (raised in a function the script called, a computed
+status) the status is unknown: the rank waits at the exit barrier as after a clean end (so
+when every rank gets there, each exits with its own status), and tells the other ranks it
+has ended (`watchdog.announce_end`), so one blocked in a collective it never issued ends the
+job within a second, naming it, instead of after the collective timeout.
 """
 
 from __future__ import annotations
@@ -169,13 +175,86 @@ def _program_ran_to_its_end() -> bool:
         return False
 
 
+_UNSEEN = object()  # how a script ended, when sbpflow's hooks saw none of it
+
+
+def _raise_site_status(frame):
+    """The status of the `raise SystemExit...` statement `frame` stopped at, or _UNSEEN.
+
+    CPython (3.11) runs no Python code between an uncaught SystemExit and the interpreter's
+    exit, so under a plain `mpiexec python script.py` a literal `raise SystemExit(n)` in the
+    script reaches no hook. The main program's frame still says where it stopped: when that
+    is a `raise` of the builtin SystemExit called with nothing, a constant or a module-level
+    name (`raise SystemExit`, `raise SystemExit(3)`, `raise SystemExit(code)`), the status
+    is read from the code and the frame's globals. Anything else (a SystemExit raised in a
+    function the script called, a computed status) is _UNSEEN.
+    """
+    try:
+        names = frame.f_globals
+        if names.get("SystemExit", frame.f_builtins.get("SystemExit")) is not builtins.SystemExit:
+            return _UNSEEN
+        ins = [i for i in dis.get_instructions(frame.f_code) if i.offset <= frame.f_lasti
+               and i.opname not in ("CACHE", "PUSH_NULL", "PRECALL")]
+    except (AttributeError, TypeError, ValueError):
+        return _UNSEEN
+    if len(ins) < 2 or ins[-1].opname != "RAISE_VARARGS" or ins[-1].arg != 1:
+        return _UNSEEN
+    body = ins[:-1]
+    args: list = []
+    if body[-1].opname == "CALL" and body[-1].arg in (0, 1):
+        nargs = body[-1].arg
+        if len(body) < nargs + 2:
+            return _UNSEEN
+        for load in body[-1 - nargs:-1]:
+            if load.is_jump_target:
+                return _UNSEEN
+            if load.opname == "LOAD_CONST":
+                args.append(load.argval)
+            elif load.opname in ("LOAD_NAME", "LOAD_GLOBAL") and load.argval in names:
+                args.append(names[load.argval])
+            else:
+                return _UNSEEN
+        body = body[:-1 - nargs]
+    if body[-1].opname not in ("LOAD_NAME", "LOAD_GLOBAL") or body[-1].argval != "SystemExit":
+        return _UNSEEN
+    return args[0] if args else None
+
+
+def _main_program_stopped_unseen():
+    """How the main program ended when it stopped at a `raise` no hook saw (an uncaught
+    SystemExit under a plain runner): ("SystemExit", status); (None, _UNSEEN) when it ended
+    by an exception nothing recorded and the status cannot be read; None otherwise.
+
+    A raise statement where the main program stopped is what ended it, even after a
+    `sys.exit(n)` the script caught; the mpi4py runner's last word (`_final`) stands.
+    """
+    if _main_frame is None or _final or _program_ran_to_its_end():
+        return None
+    status = _raise_site_status(_main_frame)
+    if status is not _UNSEEN:
+        return "SystemExit", status
+    return (None, _UNSEEN) if _exit_how is None else None
+
+
 def _at_exit():
     if os.getpid() != _pid:
         return
+    unseen = _main_program_stopped_unseen()
+    if unseen is not None and unseen[1] is not _UNSEEN:
+        _record(unseen[1], unseen[0])
     code = 0 if _program_ran_to_its_end() else _exit_code(_exit_status)
     if code != 0:
         abort_job(f"{_exit_how}({_exit_status!r}) (rank {_rank} of {_size}); ending the job",
                   code)
+    if unseen is not None and unseen[1] is _UNSEEN:
+        # It may be a clean end (status 0): wait at the exit barrier as one, but tell the
+        # other ranks, so that one blocked in a collective this rank never issued ends the
+        # job at once, naming this rank (see watchdog.announce_end).
+        watchdog = sys.modules.get(__name__.rpartition(".")[0] + ".watchdog")
+        if watchdog is not None:
+            watchdog.announce_end(
+                "its script ended by an exception that no sbpflow hook saw, most likely a "
+                "SystemExit raised where its status cannot be read: status unknown")
     if _on_clean_exit is not None:
         _on_clean_exit()
 

@@ -8,6 +8,12 @@ the timeout (`SBPFLOW_COLLECTIVE_TIMEOUT` seconds, default 600, or `set_collecti
 it asks every other rank's watchdog what that rank is doing, over a private duplicate of the
 world communicator, prints the answers as one report and calls `MPI_Abort`.
 
+A rank whose script ended in a way whose status is unknown (see faults.py) tells the others
+with `announce_end`, sending the number of collectives it issued on each communicator; a
+rank blocked in a collective that the ended rank never issued (its number on that
+communicator is higher) cannot complete it, and its watchdog ends the job at once, naming the
+ended rank.
+
 The thread needs MPI_THREAD_MULTIPLE (mpi4py's default) to talk while the main thread is
 blocked in MPI; with a lower thread level it reports only its own rank. The blocked main
 thread does not hold the GIL (mpi4py releases it in blocking calls), so the thread runs.
@@ -15,6 +21,7 @@ thread does not hold the GIL (mpi4py releases it in blocking calls), so the thre
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -26,8 +33,20 @@ DEFAULT_TIMEOUT_S = 600.0
 TIMEOUT_ENV = "SBPFLOW_COLLECTIVE_TIMEOUT"
 POLL_S = 0.1
 REPLY_WINDOW_S = 2.0  # how long the reporting rank waits for the others' answers
-_TAG_ASK, _TAG_ANSWER = 7301, 7302
+_TAG_ASK, _TAG_ANSWER, _TAG_ENDED = 7301, 7302, 7303
 _ANSWER_BYTES = 4096
+_ENDED_BYTES = 1 << 16
+
+_current: Watchdog | None = None  # this process's (one per process: the world's)
+
+
+def announce_end(how: str) -> None:
+    """Tell every other rank that this rank's script has ended (`how`, in words), with the
+    collectives it issued on each communicator. A rank then blocked in a collective that
+    this rank never issued can never complete it: its watchdog ends the job at once, naming
+    this rank, instead of after the collective timeout."""
+    if _current is not None:
+        _current.announce_end(how)
 
 
 def _timeout_from_env() -> float:
@@ -100,9 +119,16 @@ class Watchdog:
         self._abandoned: list = []
         self._last_asked = -1e9  # when another rank, reporting a late collective, asked us
         self._lowest_asker = size
+        self._ended: dict[int, tuple[str, dict]] = {}  # rank -> (how, collectives issued)
+        self._ended_recv = None
+        self._ended_buf = bytearray(_ENDED_BYTES)
+        self._announced: list = []
         self._stop = threading.Event()
         if self._can_talk:
             self._post_ask_recv()
+            self._post_ended_recv()
+        global _current
+        _current = self
         self._thread = threading.Thread(target=self._run, name="sbpflow-watchdog", daemon=True)
         self._thread.start()
 
@@ -115,6 +141,11 @@ class Watchdog:
             while not self._stop.wait(POLL_S):
                 if self._can_talk:
                     self._answer_asks()
+                    self._hear_ends()
+                    stuck = self._blocked_by_an_ended_rank()
+                    if stuck is not None:
+                        self._report_ended_and_abort(*stuck)
+                        return
                 late = self._late()
                 # Another rank is reporting (it asked us): let its report stand alone, unless
                 # it has not aborted the job well after its window.
@@ -142,6 +173,72 @@ class Watchdog:
             doing = "not in a collective (running its own code)"
         issued = ", ".join(f"{c.name} {c._seq}" for c in self._comms)
         return f"{doing} [collectives issued: {issued}]"
+
+    # -- ranks whose script ended ------------------------------------------------------------
+    def _issued(self) -> dict[str, int]:
+        """Collectives issued per communicator, keyed alike on every rank: its name and its
+        index among this rank's communicators of that name (made collectively, in order)."""
+        table, seen = {}, {}
+        for c in self._comms:
+            k = seen[c.name] = seen.get(c.name, -1) + 1
+            table[f"{c.name}#{k}"] = c._seq
+        return table
+
+    def _key(self, comm) -> str | None:
+        if comm not in self._comms:
+            return None
+        k = sum(1 for c in self._comms[: self._comms.index(comm)] if c.name == comm.name)
+        return f"{comm.name}#{k}"
+
+    def announce_end(self, how: str) -> None:
+        if not self._can_talk:
+            return
+        message = json.dumps({"how": how, "issued": self._issued()}).encode()[:_ENDED_BYTES]
+        buf = bytearray(message)
+        for r in range(self._size):
+            if r != self._rank:
+                self._announced.append(
+                    (self._ctl.Isend([buf, self._mpi.BYTE], r, _TAG_ENDED), buf))
+
+    def _post_ended_recv(self):
+        self._ended_status = self._mpi.Status()
+        self._ended_recv = self._ctl.Irecv([self._ended_buf, self._mpi.BYTE],
+                                           self._mpi.ANY_SOURCE, _TAG_ENDED)
+
+    def _hear_ends(self):
+        while self._ended_recv.Test(self._ended_status):
+            source = self._ended_status.Get_source()
+            size = self._ended_status.Get_count(self._mpi.BYTE)
+            try:
+                note = json.loads(bytes(self._ended_buf[:size]))
+                self._ended[source] = (str(note["how"]), dict(note["issued"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+            self._post_ended_recv()
+
+    def _blocked_by_an_ended_rank(self):
+        """(the collective this rank waits in, the ended rank that never issued it)."""
+        if not self._ended:
+            return None
+        for entry in list(self.pending.values()):
+            if entry.seq is None:  # the exit barrier: every rank ends there
+                continue
+            key = self._key(entry.comm)
+            if key is None:
+                continue
+            for r, (_, issued) in self._ended.items():
+                if r in entry.comm.world_ranks and issued.get(key, 0) < entry.seq:
+                    return entry, r
+        return None
+
+    def _report_ended_and_abort(self, entry: Pending, rank: int) -> None:
+        how, issued = self._ended[rank]
+        done = issued.get(self._key(entry.comm), 0)
+        abort_job(
+            f"sbpflow watchdog: rank {self._rank}: {entry.op} #{entry.seq} on "
+            f"{entry.comm.name} can never complete: rank {rank} has ended ({how}) after "
+            f"issuing {done} collective{'s' if done != 1 else ''} on {entry.comm.name}. "
+            "Aborting the job.", prefix=False)
 
     def _post_ask_recv(self):
         self._ask_recv = self._ctl.Irecv(
@@ -214,7 +311,14 @@ class Watchdog:
         """Stop the thread and withdraw its receive, so MPI can be finalized."""
         self._stop.set()
         self._thread.join(timeout=5 * POLL_S + 1)
-        if self._ask_recv is not None:
-            self._ask_recv.Cancel()
-            self._ask_recv.Wait()
-            self._ask_recv = None
+        for name in ("_ask_recv", "_ended_recv"):
+            req = getattr(self, name)
+            if req is not None:
+                req.Cancel()
+                req.Wait()
+                setattr(self, name, None)
+        deadline = time.monotonic() + REPLY_WINDOW_S
+        while self._announced and time.monotonic() < deadline:  # small: sent at once
+            self._announced = [(r, b) for r, b in self._announced if not r.Test()]
+            if self._announced:
+                time.sleep(0.002)

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from sbpflow.distributed.launch import describe_failures, first_failure
+from sbpflow.distributed.launch import describe_failures, first_failure, rank_statuses
 from tests.mpijob import _MARKER, _kill_marked, _marked
 
 from .conftest import REPO, job_env, launcher_cmd, mpiexec_cmd, run_job, script
@@ -51,6 +51,48 @@ def test_builtin_exit_under_plain_mpiexec_ends_the_job():
     assert job.returncode == 3 and job.seconds < ENDS_WITHIN_S, job.output
     assert job.strays == 0
     assert "rank 1: exit(3) (rank 1 of 2); ending the job" in job.stderr, job.output
+
+
+@pytest.mark.parametrize("mode, status", [("literal", 3), ("named", 4)])
+def test_raise_system_exit_under_plain_mpiexec_ends_the_job_with_its_status(mode, status):
+    # CPython runs no hook between an uncaught SystemExit and exit: the status is read from
+    # the raise statement the script stopped at (a constant, or a module-level name).
+    job = run_job(mpiexec_cmd(2, script("end_script.py"), mode, str(status)), timeout=60,
+                  env={"SBPFLOW_COLLECTIVE_TIMEOUT": "120"})
+    assert job.returncode == status and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert f"rank 1: SystemExit({status}) (rank 1 of 2); ending the job" in job.stderr, (
+        job.output)
+    assert "finished" not in job.stdout
+
+
+def test_unreadable_system_exit_under_plain_mpiexec_ends_the_job_naming_the_rank():
+    # `raise SystemExit(n)` inside a function: no status can be read. Rank 1 tells the others
+    # it has ended; rank 0, blocked in an all_reduce rank 1 never issued, ends the job at
+    # once (not after the collective timeout), naming rank 1 and saying the status is unknown.
+    job = run_job(mpiexec_cmd(2, script("end_script.py"), "raise", "3"), timeout=60,
+                  env={"SBPFLOW_COLLECTIVE_TIMEOUT": "120"})
+    assert job.returncode != 0 and job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert ("sbpflow watchdog: rank 0: all_reduce #1 on world can never complete: rank 1 has "
+            "ended (its script ended by an exception that no sbpflow hook saw") in job.stderr, (
+        job.output)
+    assert "status unknown) after issuing 0 collectives on world" in job.stderr, job.output
+    assert "has waited" not in job.stderr  # not the collective timeout's report
+
+
+@pytest.mark.parametrize("mode, status", [("literal_all", 0), ("raise_all", 0),
+                                          ("raise_all", 3)])
+def test_system_exit_on_every_rank_under_plain_mpiexec_keeps_its_status(mode, status):
+    # Every rank ends so after the same collectives: nobody is stuck, the job is not ended
+    # early, and each rank exits with its own status (0: a clean end).
+    job = run_job(mpiexec_cmd(2, script("end_script.py"), mode, str(status),
+                              extra=("-print-all-exitcodes",)), timeout=60)
+    assert job.returncode == status, job.output
+    assert job.strays == 0
+    assert "ending the job" not in job.stderr and "watchdog" not in job.stderr, job.output
+    line = next(x for x in job.stdout.splitlines() if "Exit codes:" in x)
+    assert rank_statuses(line) == [_w(exit_code=status)] * 2, line
 
 
 def test_os_exit_on_one_rank_ends_the_launched_job_with_its_status():

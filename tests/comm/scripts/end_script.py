@@ -5,6 +5,9 @@ Modes (argv[2] is the status or the rank):
   builtin `quit(N)` right after `import sbpflow`, while rank 0 waits in an all_reduce that
   rank 1 never joins;
 - raise_all N / exit_all N: every rank ends so after one all_reduce;
+- literal / named N: rank 1 ends by a `raise SystemExit(3)` / `raise SystemExit(N)` (a
+  module-level name) written in this script's own code, where the others wait in an
+  all_reduce; literal_all: every rank ends by a bare `raise SystemExit` after one all_reduce;
 - caught N: rank 1 calls `sys.exit(N)` and `exit(N)` inside try/except SystemExit, then
   every rank runs to the end of the script;
 - sigkill R / sigterm R / sigint R: rank R sends itself that signal while the others wait in
@@ -40,6 +43,10 @@ def end(how, status):
 
 if mode in ("raise", "exit", "quit") and world.rank == 1:
     end(mode, arg)
+if mode == "literal" and world.rank == 1:
+    raise SystemExit(3)
+if mode == "named" and world.rank == 1:
+    raise SystemExit(arg)
 if mode == "caught" and world.rank == 1:
     for stop in (sys.exit, exit):
         try:
@@ -60,6 +67,8 @@ if mode == "loop":
 world.all_reduce(buf)
 if mode in ("raise_all", "exit_all"):
     end(mode.split("_")[0], arg)
+if mode == "literal_all":
+    raise SystemExit
 if mode == "caught":
     world.all_reduce(buf)
 sys.stdout.write(f"rank {world.rank}: finished\n")  # one write: ranks share stdout
