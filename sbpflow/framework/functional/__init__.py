@@ -45,14 +45,13 @@ _TOP_LEVEL_NN = {
 _NUMPY_NAMES = (("axis", "dim"), ("keepdims", "keepdim"))
 _PYTHON_IN_TORCH = {"split", "norm", "unique", "unique_consecutive", "stft", "istft"}
 _PYTHON_METHODS_IN_TORCH = _PYTHON_IN_TORCH | {"unflatten"}
-_with_numpy_names: dict[object, object] = {}
 
 
-def _accept_numpy_names(name: str, fn, python_in_torch=_PYTHON_IN_TORCH):
+def _accept_numpy_names(name: str, fn, owner: str, python_in_torch=_PYTHON_IN_TORCH):
+    """fn, or a wrapper of it taking the NumPy names; `owner` is where it is published (a
+    module, or "module:Class"), so that pickle finds the wrapper by name."""
     if name in python_in_torch:
         return fn
-    if fn in _with_numpy_names:
-        return _with_numpy_names[fn]
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -72,17 +71,21 @@ def _accept_numpy_names(name: str, fn, python_in_torch=_PYTHON_IN_TORCH):
                     kwargs[dim_name] = kwargs.pop(alias)
         return fn(*args, **kwargs)
 
-    _with_numpy_names[fn] = call
+    module, _, cls = owner.partition(":")
+    call.__module__, call.__qualname__ = module, f"{cls}.{name}" if cls else name
+    call._numpy_names = aliases
     return call
 
+
+_TENSOR = f"{Tensor.__module__}:{Tensor.__qualname__}"
 
 __all__: list[str] = []
 for _m in _FAMILIES:
     names = [n for n in _m.__all__ if _m not in _NN_FAMILIES or n in _TOP_LEVEL_NN]
     for _name in names:
-        globals()[_name] = _accept_numpy_names(_name, getattr(_m, _name))
+        globals()[_name] = _accept_numpy_names(_name, getattr(_m, _name), __name__)
     __all__ += names
     for _name, _fn in _m.METHODS.items():
-        setattr(Tensor, _name, _accept_numpy_names(_name, _fn, _PYTHON_METHODS_IN_TORCH))
+        setattr(Tensor, _name, _accept_numpy_names(_name, _fn, _TENSOR, _PYTHON_METHODS_IN_TORCH))
 for _name in ("size", "stride"):  # Tensor's own methods that torch's parser handles
-    setattr(Tensor, _name, _accept_numpy_names(_name, getattr(Tensor, _name)))
+    setattr(Tensor, _name, _accept_numpy_names(_name, getattr(Tensor, _name), _TENSOR))
