@@ -395,8 +395,6 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-
-
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
