@@ -81,3 +81,4 @@ from ._globals import (  # noqa: E402
 )
 from .amp.autocast_mode import get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from . import special  # noqa: E402  (torch.special)
+from . import distributions  # noqa: E402  (torch.distributions)

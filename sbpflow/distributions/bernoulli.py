@@ -1,0 +1,94 @@
+"""Bernoulli: 1 with probability `probs`, 0 otherwise (or parameterised by `logits`)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..autograd import no_grad
+from ..framework import functional as F
+from ..framework.tensor import Size
+from . import constraints
+from .distribution import Distribution, _size
+from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits, softplus
+
+__all__ = ["Bernoulli"]
+
+
+class Bernoulli(Distribution):
+    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
+    support = constraints.boolean
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        if probs is not None:
+            is_scalar = isinstance(probs, numbers.Number)
+            (self.probs,) = broadcast_all(probs)
+        else:
+            is_scalar = isinstance(logits, numbers.Number)
+            (self.logits,) = broadcast_all(logits)
+        self._param = self.probs if probs is not None else self.logits
+        batch_shape = Size() if is_scalar else self._param.size()
+        super().__init__(batch_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Bernoulli, _instance)
+        batch_shape = _size(batch_shape)
+        if "probs" in self.__dict__:
+            new.probs = self.probs.expand(batch_shape)
+            new._param = new.probs
+        if "logits" in self.__dict__:
+            new.logits = self.logits.expand(batch_shape)
+            new._param = new.logits
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        return self.probs
+
+    @property
+    def mode(self):
+        mode = (self.probs >= 0.5).to(self.probs.dtype)
+        return F.where(self.probs == 0.5, F.full_like(mode, math.nan), mode)
+
+    @property
+    def variance(self):
+        return self.probs * (1 - self.probs)
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
+
+    @property
+    def param_shape(self) -> Size:
+        return self._param.size()
+
+    def sample(self, sample_shape=Size()):
+        shape = self._extended_shape(sample_shape)
+        with no_grad():
+            return F.bernoulli(self.probs.expand(shape))
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        logits, value = broadcast_all(self.logits, value)
+        value = value.to(logits.dtype)
+        return value * logits - softplus(logits)  # -BCE-with-logits
+
+    def entropy(self):
+        return softplus(self.logits) - self.probs * self.logits
+
+    def enumerate_support(self, expand=True):
+        values = F.arange(2, dtype=self._param.dtype)
+        values = values.reshape((-1,) + (1,) * len(self._batch_shape))
+        if expand:
+            values = values.expand((-1,) + tuple(self._batch_shape))
+        return values
