@@ -246,15 +246,15 @@ def _at_exit():
     if code != 0:
         abort_job(f"{_exit_how}({_exit_status!r}) (rank {_rank} of {_size}); ending the job",
                   code)
-    if unseen is not None and unseen[1] is _UNSEEN:
-        # It may be a clean end (status 0): wait at the exit barrier as one, but tell the
-        # other ranks, so that one blocked in a collective this rank never issued ends the
-        # job at once, naming this rank (see watchdog.announce_end).
-        watchdog = sys.modules.get(__name__.rpartition(".")[0] + ".watchdog")
-        if watchdog is not None:
-            watchdog.announce_end(
-                "its script ended by an exception that no sbpflow hook saw, most likely a "
-                "SystemExit raised where its status cannot be read: status unknown")
+    # Tell the other ranks at the exit barrier (see watchdog.announce_end): one blocked in a
+    # collective this rank never issued then ends the job at once, naming this rank. An
+    # unreadable SystemExit may be a clean end (status 0): it waits at the barrier as one.
+    watchdog = sys.modules.get(__name__.rpartition(".")[0] + ".watchdog")
+    if watchdog is not None:
+        watchdog.announce_end(
+            "its script ended by an exception that no sbpflow hook saw, most likely a "
+            "SystemExit raised where its status cannot be read: status unknown"
+            if unseen is not None and unseen[1] is _UNSEEN else "its script ended, status 0")
     if _on_clean_exit is not None:
         _on_clean_exit()
 

@@ -8,11 +8,11 @@ the timeout (`SBPFLOW_COLLECTIVE_TIMEOUT` seconds, default 600, or `set_collecti
 it asks every other rank's watchdog what that rank is doing, over a private duplicate of the
 world communicator, prints the answers as one report and calls `MPI_Abort`.
 
-A rank whose script ended in a way whose status is unknown (see faults.py) tells the others
-with `announce_end`, sending the number of collectives it issued on each communicator; a
-rank blocked in a collective that the ended rank never issued (its number on that
-communicator is higher) cannot complete it, and its watchdog ends the job at once, naming the
-ended rank.
+A rank whose script has ended tells the others when it reaches the exit barrier
+(`announce_end`), sending the number of collectives it issued on each communicator; a rank
+blocked in a collective that the ended rank never issued (its number on that communicator is
+higher) cannot complete it, and its watchdog ends the job at once, naming the ended rank
+and how its script ended.
 
 The thread needs MPI_THREAD_MULTIPLE (mpi4py's default) to talk while the main thread is
 blocked in MPI; with a lower thread level it reports only its own rank. The blocked main
@@ -41,12 +41,13 @@ _current: Watchdog | None = None  # this process's (one per process: the world's
 
 
 def announce_end(how: str) -> None:
-    """Tell every other rank that this rank's script has ended (`how`, in words), with the
-    collectives it issued on each communicator. A rank then blocked in a collective that
-    this rank never issued can never complete it: its watchdog ends the job at once, naming
-    this rank, instead of after the collective timeout."""
+    """Say how this rank's script ended (`how`, in words). Once the rank is at the exit
+    barrier (after the exit hooks, which may still issue collectives), its watchdog tells
+    every other rank, with the collectives it issued on each communicator. A rank blocked in
+    a collective that this rank never issued can never complete it: its watchdog ends the job
+    at once, naming this rank, instead of after the collective timeout."""
     if _current is not None:
-        _current.announce_end(how)
+        _current.end_how = how
 
 
 def _timeout_from_env() -> float:
@@ -122,7 +123,8 @@ class Watchdog:
         self._ended: dict[int, tuple[str, dict]] = {}  # rank -> (how, collectives issued)
         self._ended_recv = None
         self._ended_buf = bytearray(_ENDED_BYTES)
-        self._announced: list = []
+        self._announced: list | None = None  # the sends, once made
+        self.end_how: str | None = None  # how this rank's script ended, once it has
         self._stop = threading.Event()
         if self._can_talk:
             self._post_ask_recv()
@@ -141,6 +143,7 @@ class Watchdog:
             while not self._stop.wait(POLL_S):
                 if self._can_talk:
                     self._answer_asks()
+                    self._announce_at_the_exit_barrier()
                     self._hear_ends()
                     stuck = self._blocked_by_an_ended_rank()
                     if stuck is not None:
@@ -190,15 +193,15 @@ class Watchdog:
         k = sum(1 for c in self._comms[: self._comms.index(comm)] if c.name == comm.name)
         return f"{comm.name}#{k}"
 
-    def announce_end(self, how: str) -> None:
-        if not self._can_talk:
+    def _announce_at_the_exit_barrier(self) -> None:
+        if self._announced is not None or self.end_how is None:
             return
-        message = json.dumps({"how": how, "issued": self._issued()}).encode()[:_ENDED_BYTES]
-        buf = bytearray(message)
-        for r in range(self._size):
-            if r != self._rank:
-                self._announced.append(
-                    (self._ctl.Isend([buf, self._mpi.BYTE], r, _TAG_ENDED), buf))
+        if not any(e.seq is None for e in list(self.pending.values())):
+            return  # not at the exit barrier yet
+        message = json.dumps({"how": self.end_how, "issued": self._issued()}).encode()
+        buf = bytearray(message[:_ENDED_BYTES])
+        self._announced = [(self._ctl.Isend([buf, self._mpi.BYTE], r, _TAG_ENDED), buf)
+                           for r in range(self._size) if r != self._rank]
 
     def _post_ended_recv(self):
         self._ended_status = self._mpi.Status()
