@@ -7,10 +7,11 @@ A constraint's `check(value)` returns a bool tensor with one entry per event (th
 from __future__ import annotations
 
 __all__ = [
-    "Constraint", "boolean", "dependent", "dependent_property", "greater_than",
+    "Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than",
     "greater_than_eq", "half_open_interval", "independent", "integer_interval", "interval",
-    "is_dependent", "less_than", "nonnegative", "nonnegative_integer", "one_hot", "positive",
-    "positive_integer", "real", "real_vector", "simplex", "unit_interval",
+    "is_dependent", "less_than", "lower_triangular", "multinomial", "nonnegative",
+    "nonnegative_integer", "one_hot", "positive", "positive_integer", "real", "real_vector",
+    "simplex", "square", "stack", "symmetric", "unit_interval",
 ]
 
 
@@ -217,6 +218,109 @@ class _Simplex(Constraint):
         return (value >= 0).all(-1) & ((value.sum(-1) - 1).abs() < 1e-6)
 
 
+class _Multinomial(Constraint):
+    """Nonnegative integer counts per event summing to at most `upper_bound`."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+
+    def check(self, x):
+        return (x >= 0).all(-1) & (x.sum(-1) <= self.upper_bound)
+
+
+class _Square(Constraint):
+    """Square matrices in the last two dimensions."""
+
+    event_dim = 2
+
+    def check(self, value):
+        from .._core.dtype import bool_
+        from ..framework import functional as F
+
+        return F.full(tuple(value.shape[:-2]), value.shape[-2] == value.shape[-1],
+                      dtype=bool_)
+
+
+class _Symmetric(_Square):
+    """Symmetric square matrices (to float tolerance)."""
+
+    def check(self, value):
+        from ..framework import functional as F
+
+        square = super().check(value)
+        if not bool(square.all().item()):
+            return square
+        return F.isclose(value, value.transpose(-2, -1), atol=1e-6).all(-2).all(-1)
+
+
+class _LowerTriangular(Constraint):
+    """Lower-triangular matrices."""
+
+    event_dim = 2
+
+    def check(self, value):
+        return (value.tril() == value).reshape(tuple(value.shape[:-2]) + (-1,)).all(-1)
+
+
+class _Cat(Constraint):
+    """Applies `cseq[i]` to the i-th slice (of `lengths[i]` along `dim`), as `cat` joins."""
+
+    def __init__(self, cseq, dim=0, lengths=None):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise TypeError("cat(): all elements of cseq must be Constraint instances")
+        self.cseq = list(cseq)
+        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.cseq):
+            raise ValueError(f"cat(): lengths ({len(self.lengths)}) must match cseq "
+                             f"({len(self.cseq)})")
+        self.dim = dim
+
+    @property
+    def is_discrete(self):
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self):
+        return max(c.event_dim for c in self.cseq)
+
+    def check(self, value):
+        from ..framework import functional as F
+
+        checks, start = [], 0
+        for constr, length in zip(self.cseq, self.lengths, strict=True):
+            checks.append(constr.check(value.narrow(self.dim, start, length)))
+            start += length
+        return F.cat(checks, self.dim)
+
+
+class _Stack(Constraint):
+    """Applies `cseq[i]` to the i-th entry along `dim`, as `stack` joins."""
+
+    def __init__(self, cseq, dim=0):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise TypeError("stack(): all elements of cseq must be Constraint instances")
+        self.cseq = list(cseq)
+        self.dim = dim
+
+    @property
+    def is_discrete(self):
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self):
+        dim = max(c.event_dim for c in self.cseq)
+        return dim + 1 if self.dim + dim < 0 else dim
+
+    def check(self, value):
+        from ..framework import functional as F
+
+        parts = [value.select(self.dim, i) for i in range(value.size(self.dim))]
+        return F.stack([c.check(v) for v, c in zip(parts, self.cseq, strict=True)], self.dim)
+
+
 dependent = _Dependent()
 dependent_property = _DependentProperty
 independent = _IndependentConstraint
@@ -236,3 +340,9 @@ unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
+cat = _Cat
+square = _Square()
+symmetric = _Symmetric()
+lower_triangular = _LowerTriangular()
+multinomial = _Multinomial
+stack = _Stack

@@ -348,3 +348,23 @@ def test_reinforce_program_under_mock_torch():
         assert action.dtype == T.int64 and action.shape == (8,)
         assert policy[0].weight.grad is not None
         assert float(policy[0].weight.grad.abs().sum()) > 0
+
+
+def test_structured_constraints_match_torch():
+    c, dc = torch.distributions.constraints, D.constraints
+    mats = np.stack([np.eye(3), np.tril(RNG.standard_normal((3, 3))),
+                     RNG.standard_normal((3, 3))]).astype(np.float32)
+    mats[2] = mats[2] + mats[2].T  # symmetric, not triangular
+    counts = np.array([[1, 2, 0], [3, 0, 2], [-1, 1, 1]], np.float32)
+    pairs = [(dc.square, c.square, mats), (dc.symmetric, c.symmetric, mats),
+             (dc.lower_triangular, c.lower_triangular, mats),
+             (dc.square, c.square, mats[:, :2]),
+             (dc.multinomial(4), c.multinomial(4), counts),
+             (dc.cat([dc.positive, dc.real], 1, [1, 2]), c.cat([c.positive, c.real], 1, [1, 2]),
+              counts),
+             (dc.stack([dc.positive, dc.real, dc.nonnegative], 1),
+              c.stack([c.positive, c.real, c.nonnegative], 1), counts)]
+    for ours, theirs, x in pairs:
+        np.testing.assert_array_equal(ours.check(flow.tensor(x)).numpy(),
+                                      theirs.check(torch.tensor(x)).numpy())
+        assert ours.event_dim == theirs.event_dim and ours.is_discrete == theirs.is_discrete

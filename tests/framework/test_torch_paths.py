@@ -42,7 +42,11 @@ PATHS = [
     "autograd.grad_mode", "serialization", "distributed", "cuda", "cuda.amp", "amp",
     "amp.autocast_mode", "amp.grad_scaler", "backends", "backends.cudnn", "backends.cuda",
     "backends.mps", "backends.mkldnn", "backends.openmp", "onnx", "linalg", "random",
-    "testing", "accelerator", "types",
+    "testing", "accelerator", "types", "special", "utils.checkpoint", "distributions",
+    "distributions.constraints", "distributions.distribution", "distributions.kl",
+    "distributions.utils", "distributions.categorical", "distributions.bernoulli",
+    "distributions.normal", "distributions.uniform", "distributions.independent",
+    "distributions.one_hot_categorical",
 ]
 
 # Names that must be at a path (what programs import from there), whatever HOMES says.
