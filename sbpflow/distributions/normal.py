@@ -9,7 +9,7 @@ from ..framework import functional as F
 from ..framework.tensor import Size
 from . import constraints
 from .distribution import Distribution, _size
-from .utils import broadcast_all
+from .utils import broadcast_all, draw
 
 __all__ = ["Normal"]
 
@@ -54,7 +54,7 @@ class Normal(Distribution):
 
     def rsample(self, sample_shape=Size()):
         shape = self._extended_shape(sample_shape)
-        eps = F.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        eps = draw(F.randn, shape, self.loc)
         return self.loc + eps * self.scale  # pathwise: gradients reach loc and scale
 
     def log_prob(self, value):

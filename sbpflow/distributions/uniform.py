@@ -9,7 +9,7 @@ from ..framework import functional as F
 from ..framework.tensor import Size
 from . import constraints
 from .distribution import Distribution, _size
-from .utils import broadcast_all
+from .utils import broadcast_all, draw
 
 __all__ = ["Uniform"]
 
@@ -61,7 +61,7 @@ class Uniform(Distribution):
 
     def rsample(self, sample_shape=Size()):
         shape = self._extended_shape(sample_shape)
-        rand = F.rand(shape, dtype=self.low.dtype, device=self.low.device)
+        rand = draw(F.rand, shape, self.low)
         return self.low + rand * (self.high - self.low)
 
     def log_prob(self, value):

@@ -29,6 +29,19 @@ def broadcast_all(*values):
     return F.broadcast_tensors(*values)
 
 
+def draw(fn, shape, like):
+    """`fn(shape)` (randn, rand) from the default generator, placed like `like`: on its
+    device, or for a global tensor on its placement, broadcast (every rank draws the same
+    values, so the logical tensor is one draw)."""
+    if getattr(like, "is_global", False):
+        from .. import sbp as _sbp
+
+        nd = len(like.sbp)
+        return fn(shape, dtype=like.dtype, placement=like.placement,
+                  sbp=[_sbp.broadcast] * nd if nd > 1 else _sbp.broadcast)
+    return fn(shape, dtype=like.dtype, device=like.device)
+
+
 def _finfo(dtype):
     return np.finfo(dtype.np)
 

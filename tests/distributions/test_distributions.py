@@ -5,6 +5,8 @@ checked by seeded statistics (sbpflow's generator does not reproduce torch's dra
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 import sbpflow as flow
 import sbpflow.distributions as D
+from tests.mpijob import mpiexec_cmd, run_job
 
 RNG = np.random.default_rng(0)
 LOGITS = RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -368,3 +371,16 @@ def test_structured_constraints_match_torch():
         np.testing.assert_array_equal(ours.check(flow.tensor(x)).numpy(),
                                       theirs.check(torch.tensor(x)).numpy())
         assert ours.event_dim == theirs.event_dim and ours.is_discrete == theirs.is_discrete
+
+
+def test_global_tensors_on_two_ranks_equal_the_single_device_run():
+    """log_prob, entropy, KL and their gradients on S(0) and B global parameters equal the
+    local run; rsample and Categorical.sample give global draws (oracle inside the job)."""
+    check = str(Path(__file__).resolve().parent / "global_check.py")
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", check), timeout=120)
+    assert job.returncode == 0, job.output
+    assert job.strays == 0, job.output
+    passed = re.findall(r"rank (\d+): distributions global check passed \((\d+) checks\)",
+                        job.stdout)
+    assert sorted(int(r) for r, _ in passed) == [0, 1], job.output
+    assert {int(c) for _, c in passed} == {12}, job.output
