@@ -88,6 +88,9 @@ class lazy_property:  # noqa: N801 - torch's name
     def __get__(self, instance, obj_type=None):
         if instance is None:
             return self
-        value = self.wrapped(instance)
+        from ..autograd import enable_grad
+
+        with enable_grad():  # cached: must track gradients even if first read under no_grad
+            value = self.wrapped(instance)
         instance.__dict__[self.wrapped.__name__] = value
         return value

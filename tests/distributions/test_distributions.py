@@ -115,6 +115,21 @@ def test_categorical_normalises_as_torch():
         assert tuple(ours.param_shape) == tuple(theirs.param_shape)
 
 
+@pytest.mark.parametrize("cls", ["Categorical", "Bernoulli"])
+def test_lazy_probs_first_read_under_no_grad_still_track_gradients(cls):
+    ours_logits, their_logits = _pair(LOGITS)
+    ours = getattr(D, cls)(logits=ours_logits)
+    theirs = getattr(torch.distributions, cls)(logits=their_logits)
+    with flow.no_grad():
+        ours.sample()  # reads (and caches) probs
+    with torch.no_grad():
+        theirs.sample()
+    assert ours.probs.requires_grad and theirs.probs.requires_grad
+    ours.entropy().sum().backward()
+    theirs.entropy().sum().backward()
+    _close(ours_logits.grad, their_logits.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_categorical_and_bernoulli_sampling_statistics():
     flow.manual_seed(0)
     probs = np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]], np.float32)
