@@ -14,11 +14,12 @@ from .categorical import Categorical
 from .distribution import Distribution
 from .independent import Independent
 from .kl import kl_divergence, register_kl
+from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
 from .uniform import Uniform
 
 __all__ = [
-    "Bernoulli", "Categorical", "Distribution", "Independent", "Normal", "OneHotCategorical",
-    "Uniform", "constraints", "kl_divergence", "register_kl",
+    "Bernoulli", "Categorical", "Distribution", "Independent", "MultivariateNormal", "Normal",
+    "OneHotCategorical", "Uniform", "constraints", "kl_divergence", "register_kl",
 ]

@@ -7,11 +7,12 @@ A constraint's `check(value)` returns a bool tensor with one entry per event (th
 from __future__ import annotations
 
 __all__ = [
-    "Constraint", "boolean", "cat", "dependent", "dependent_property", "greater_than",
+    "boolean", "cat", "Constraint", "dependent", "dependent_property", "greater_than",
     "greater_than_eq", "half_open_interval", "independent", "integer_interval", "interval",
-    "is_dependent", "less_than", "lower_triangular", "multinomial", "nonnegative",
-    "nonnegative_integer", "one_hot", "positive", "positive_integer", "real", "real_vector",
-    "simplex", "square", "stack", "symmetric", "unit_interval",
+    "is_dependent", "less_than", "lower_cholesky", "lower_triangular", "multinomial",
+    "nonnegative", "nonnegative_integer", "one_hot", "positive", "positive_definite",
+    "positive_integer", "real", "real_vector", "simplex", "square", "stack", "symmetric",
+    "unit_interval",
 ]
 
 
@@ -265,6 +266,29 @@ class _LowerTriangular(Constraint):
         return (value.tril() == value).reshape(tuple(value.shape[:-2]) + (-1,)).all(-1)
 
 
+class _LowerCholesky(Constraint):
+    """Lower-triangular matrices with a positive diagonal."""
+
+    event_dim = 2
+
+    def check(self, value):
+        lower = (value.tril() == value).reshape(tuple(value.shape[:-2]) + (-1,)).all(-1)
+        positive_diagonal = (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
+        return lower & positive_diagonal
+
+
+class _PositiveDefinite(_Symmetric):
+    """Symmetric positive-definite matrices."""
+
+    def check(self, value):
+        from ..framework.functional.linalg import linalg_cholesky_ex
+
+        sym = super().check(value)
+        if not bool(sym.all().item()):
+            return sym
+        return linalg_cholesky_ex(value)[1] == 0
+
+
 class _Cat(Constraint):
     """Applies `cseq[i]` to the i-th slice (of `lengths[i]` along `dim`), as `cat` joins."""
 
@@ -344,5 +368,7 @@ cat = _Cat
 square = _Square()
 symmetric = _Symmetric()
 lower_triangular = _LowerTriangular()
+lower_cholesky = _LowerCholesky()
+positive_definite = _PositiveDefinite()
 multinomial = _Multinomial
 stack = _Stack

@@ -7,10 +7,12 @@ import math
 import warnings
 
 from ..framework import functional as F
+from ..framework.functional.linalg import linalg_solve_triangular
 from .bernoulli import Bernoulli
 from .categorical import Categorical
 from .distribution import Distribution
 from .independent import Independent
+from .multivariate_normal import MultivariateNormal, _batch_mahalanobis, _half_log_det
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical
 from .uniform import Uniform
@@ -135,3 +137,18 @@ def _kl_independent_independent(p, q):
         raise NotImplementedError
     result = kl_divergence(p.base_dist, q.base_dist)
     return sum_rightmost(result, p.reinterpreted_batch_ndims)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_multivariatenormal_multivariatenormal(p, q):
+    if p.event_shape != q.event_shape:
+        raise ValueError("KL-divergence between two Multivariate Normals with different event "
+                         "shapes cannot be computed")
+    Lp, Lq = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
+    half_term1 = _half_log_det(Lq) - _half_log_det(Lp)
+    k = p.event_shape[0]
+    shape = tuple(F.broadcast_shapes(tuple(Lp.shape[:-2]), tuple(Lq.shape[:-2])))
+    term2 = linalg_solve_triangular(Lq.expand(shape + (k, k)), Lp.expand(shape + (k, k)),
+                                    upper=False).pow(2).sum((-2, -1))
+    term3 = _batch_mahalanobis(Lq, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - k)

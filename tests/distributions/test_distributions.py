@@ -24,6 +24,9 @@ LOC = RNG.standard_normal((2, 3)).astype(np.float32)
 SCALE = RNG.uniform(0.5, 2.0, (2, 3)).astype(np.float32)
 LOW = RNG.uniform(-2.0, 0.0, (2, 3)).astype(np.float32)
 HIGH = LOW + RNG.uniform(0.5, 2.0, (2, 3)).astype(np.float32)
+_A = RNG.standard_normal((2, 3, 3)).astype(np.float32)
+COV = _A @ _A.transpose(0, 2, 1) + np.eye(3, dtype=np.float32)
+TRIL = np.linalg.cholesky(COV).astype(np.float32)
 
 
 def _pair(arr):
@@ -46,6 +49,12 @@ CASES = {
                 (LOW + (HIGH - LOW) * RNG.uniform(0, 1, (3, 2, 3))).astype(np.float32)),
     "independent_normal": ((LOC, SCALE), lambda m, a, b: m.Independent(m.Normal(a, b), 1),
                            RNG.standard_normal((4, 2, 3)).astype(np.float32)),
+    "mvn_cov": ((LOC, COV), lambda m, a, c: m.MultivariateNormal(a, covariance_matrix=c),
+                RNG.standard_normal((4, 2, 3)).astype(np.float32)),
+    "mvn_tril": ((LOC[0], TRIL), lambda m, a, c: m.MultivariateNormal(a, scale_tril=c),
+                 RNG.standard_normal((2, 3)).astype(np.float32)),
+    "mvn_precision": ((LOC, COV[0]), lambda m, a, c: m.MultivariateNormal(a, precision_matrix=c),
+                      RNG.standard_normal((3, 1, 3)).astype(np.float32)),
     "onehot": ((LOGITS,), lambda m, lg: m.OneHotCategorical(logits=lg),
                np.eye(4, dtype=np.float32)[RNG.integers(0, 4, (5, 2, 3))]),
 }
@@ -143,6 +152,26 @@ def test_categorical_and_bernoulli_sampling_statistics():
     np.testing.assert_allclose(b.mean(0), [0.1, 0.5, 0.9], atol=0.018)
 
 
+def test_multivariate_normal_sampling_statistics_and_ppo_style_use():
+    flow.manual_seed(2)
+    x = D.MultivariateNormal(flow.tensor(LOC[0]), flow.tensor(COV[0])).sample((20000,)).numpy()
+    c = COV[0].astype(np.float64)
+    se = np.sqrt((np.outer(np.diag(c), np.diag(c)) + c**2) / 20000)  # of a sample covariance
+    np.testing.assert_array_less(np.abs(np.cov(x.T) - c), 5 * se)
+    np.testing.assert_array_less(np.abs(x.mean(0) - LOC[0]),
+                                 5 * np.sqrt(np.diag(COV[0]) / 20000))
+    # PPO (continuous actions): a diagonal covariance built with diag(...).unsqueeze(0)
+    mean, tmean = _pair(LOC)
+    var = np.full(3, 0.36, np.float32)
+    ours = D.MultivariateNormal(mean, flow.diag(flow.tensor(var)).unsqueeze(0))
+    theirs = torch.distributions.MultivariateNormal(tmean, torch.diag(torch.tensor(var))
+                                                    .unsqueeze(0))
+    action = LOC + 0.3
+    (ours.log_prob(flow.tensor(action)).sum() - ours.entropy().sum()).backward()
+    (theirs.log_prob(torch.tensor(action)).sum() - theirs.entropy().sum()).backward()
+    _close(mean.grad, tmean.grad, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dist", ["normal", "uniform"])
 def test_continuous_sampling_statistics(dist):
     flow.manual_seed(1)
@@ -206,6 +235,8 @@ KL_PAIRS = [
      lambda m, a, b: m.Uniform(a - 0.5, b + 1), (LOW, HIGH)),
     ("uniform_normal", lambda m, a, b: m.Uniform(a, b), (LOW, HIGH),
      lambda m, a, b: m.Normal(a, b), (LOC, SCALE)),
+    ("mvn", lambda m, a, c: m.MultivariateNormal(a, covariance_matrix=c), (LOC, COV),
+     lambda m, a, c: m.MultivariateNormal(a, scale_tril=c), (LOC[::-1].copy(), TRIL[:1])),
     ("independent", lambda m, a, b: m.Independent(m.Normal(a, b), 2), (LOC, SCALE),
      lambda m, a, b: m.Independent(m.Normal(b, a.abs() + 0.1), 2), (SCALE, LOC)),
 ]
@@ -283,6 +314,11 @@ def test_validation_errors_match_torch():
         lambda m, t: m.Normal(t([0.0, 1.0]), t([1.0, 1.0])).log_prob(t([1.0, 2.0, 3.0])),
         lambda m, t: m.Normal(t(0.0), t(1.0)).log_prob([1.0]),
         lambda m, t: m.Categorical(),
+        lambda m, t: m.MultivariateNormal(t([0.0, 0.0]), t([[1.0, 2.0], [2.0, 1.0]])),
+        lambda m, t: m.MultivariateNormal(t([0.0, 0.0]), scale_tril=t([[1.0, 1.0], [0.0, 1.0]])),
+        lambda m, t: m.MultivariateNormal(t([0.0, 0.0]), t([[1.0, 0.0], [0.0, 1.0]]),
+                                          scale_tril=t([[1.0, 0.0], [0.0, 1.0]])),
+        lambda m, t: m.MultivariateNormal(t(0.0), t([[1.0]])),
     ]
     for make in cases:
         with pytest.raises(ValueError) as theirs:
@@ -324,9 +360,11 @@ def test_reprs_and_constraints_match_torch():
     ours = [D.constraints.real, D.constraints.positive, D.constraints.simplex,
             D.constraints.boolean, D.constraints.unit_interval, D.constraints.real_vector,
             D.constraints.integer_interval(0, 3), D.constraints.one_hot,
-            D.constraints.independent(D.constraints.positive, 2)]
+            D.constraints.independent(D.constraints.positive, 2), D.constraints.lower_cholesky,
+            D.constraints.positive_definite]
     theirs = [c.real, c.positive, c.simplex, c.boolean, c.unit_interval, c.real_vector,
-              c.integer_interval(0, 3), c.one_hot, c.independent(c.positive, 2)]
+              c.integer_interval(0, 3), c.one_hot, c.independent(c.positive, 2), c.lower_cholesky,
+              c.positive_definite]
     for a, b in zip(ours, theirs, strict=True):
         assert repr(a) == repr(b)
         assert a.event_dim == b.event_dim and a.is_discrete == b.is_discrete
@@ -376,6 +414,8 @@ def test_structured_constraints_match_torch():
     counts = np.array([[1, 2, 0], [3, 0, 2], [-1, 1, 1]], np.float32)
     pairs = [(dc.square, c.square, mats), (dc.symmetric, c.symmetric, mats),
              (dc.lower_triangular, c.lower_triangular, mats),
+             (dc.lower_cholesky, c.lower_cholesky, mats),
+             (dc.positive_definite, c.positive_definite, np.concatenate([mats, COV])),
              (dc.square, c.square, mats[:, :2]),
              (dc.multinomial(4), c.multinomial(4), counts),
              (dc.cat([dc.positive, dc.real], 1, [1, 2]), c.cat([c.positive, c.real], 1, [1, 2]),

@@ -46,7 +46,7 @@ PATHS = [
     "distributions.constraints", "distributions.distribution", "distributions.kl",
     "distributions.utils", "distributions.categorical", "distributions.bernoulli",
     "distributions.normal", "distributions.uniform", "distributions.independent",
-    "distributions.one_hot_categorical",
+    "distributions.one_hot_categorical", "distributions.multivariate_normal",
 ]
 
 # Names that must be at a path (what programs import from there), whatever HOMES says.
