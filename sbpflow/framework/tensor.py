@@ -647,8 +647,12 @@ class Tensor:
     __str__ = __repr__
 
     def __format__(self, spec):
-        if self.dim() == 0 and spec:
+        # torch: a 0-d tensor formats as its number (f"{loss}" prints 0.25); others as their
+        # repr, and only with an empty spec.
+        if self.dim() == 0:
             return format(self.item(), spec)
+        if spec:
+            raise TypeError("unsupported format string passed to Tensor.__format__")
         return repr(self)
 
     def __deepcopy__(self, memo):

@@ -1,5 +1,6 @@
-"""Utilities: data loading (`sbpflow.utils.data`), OneFlow's `global_view`."""
+"""Utilities: data loading (`sbpflow.utils.data`), activation checkpointing
+(`sbpflow.utils.checkpoint`), OneFlow's `global_view`."""
 
-from . import data, global_view
+from . import checkpoint, data, global_view
 
-__all__ = ["data", "global_view"]
+__all__ = ["checkpoint", "data", "global_view"]

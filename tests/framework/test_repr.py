@@ -312,3 +312,22 @@ def test_device_suffix_comes_first():
         "tensor([[1., 1., 1.],\n"
         "        [1., 1., 1.]], device='mock', dtype=sbpflow.float64, requires_grad=True)"
     )
+
+
+@pytest.mark.parametrize("spec", ["", ".3f", ">10", "e"])
+def test_format_of_a_0d_tensor_is_its_number_as_in_torch(spec):
+    """f"{loss}" prints the number for a 0-d tensor (requiring grad or not), as torch does;
+    other tensors format as their repr, and only with an empty spec."""
+    for ours, theirs in ((flow.tensor(1.5), torch.tensor(1.5)),
+                         (flow.tensor(2.5, requires_grad=True) * 2,
+                          torch.tensor(2.5, requires_grad=True) * 2),
+                         (flow.tensor(7), torch.tensor(7))):
+        if spec == "e" and theirs.dtype == torch.int64:
+            continue
+        assert format(ours, spec) == format(theirs, spec)
+    assert format(flow.tensor([1.0, 2.0]), "") == format(torch.tensor([1.0, 2.0]), "")
+    if spec:
+        with pytest.raises(TypeError, match="unsupported format string"):
+            format(torch.tensor([1.0, 2.0]), spec)
+        with pytest.raises(TypeError, match="unsupported format string"):
+            format(flow.tensor([1.0, 2.0]), spec)

@@ -4,6 +4,8 @@ warnings and errors."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -201,3 +203,14 @@ def test_importable_under_mock_torch():
         assert mocked is cp
         from torch.utils.checkpoint import checkpoint
         assert checkpoint is cp.checkpoint
+
+
+def test_reachable_after_a_plain_import_as_in_torch():
+    """`import torch` then `torch.utils.checkpoint.checkpoint(...)` works in torch without
+    importing the submodule; so must it here (a fresh interpreter: this file imported it)."""
+    code = ("import sbpflow, torch; print(sbpflow.utils.checkpoint.checkpoint.__name__, "
+            "torch.utils.checkpoint.checkpoint.__name__)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["checkpoint", "checkpoint"]
