@@ -73,7 +73,7 @@ from ._legacy_types import tensortype  # noqa: E402, F401
 
 globals().update(_CPU_TYPES)  # sbpflow.FloatTensor, LongTensor, ... (torch's legacy types)
 from ._globals import (  # noqa: E402
-    are_deterministic_algorithms_enabled, finfo, get_default_device,
+    are_deterministic_algorithms_enabled, compile, finfo, get_default_device,
     get_float32_matmul_precision, get_num_threads, set_default_device,
     iinfo, is_deterministic_algorithms_warn_only_enabled, is_nonzero, layout, numel,
     set_float32_matmul_precision, set_num_threads, strided, typename,

@@ -1,6 +1,6 @@
 """torch's process-wide settings and small top-level helpers: finfo/iinfo, the strided layout,
 float32 matmul precision, deterministic algorithms, intra-op thread count, numel, is_nonzero,
-typename."""
+typename, and `compile` (refused, saying so)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ._core import dtype as dt
 from .framework.tensor import Tensor, layout, strided
 
 __all__ = [
-    "are_deterministic_algorithms_enabled", "finfo", "get_default_device",
+    "are_deterministic_algorithms_enabled", "compile", "finfo", "get_default_device",
     "get_float32_matmul_precision", "set_default_device",
     "get_num_threads", "iinfo", "is_deterministic_algorithms_warn_only_enabled", "is_nonzero",
     "layout", "numel", "set_float32_matmul_precision", "set_num_threads", "strided",
@@ -179,3 +179,18 @@ def typename(obj) -> str:
     module = type(obj).__module__
     qual = type(obj).__qualname__
     return qual if module in ("builtins", None) else f"{module}.{qual}"
+
+
+# -- torch.compile -------------------------------------------------------------------------------
+def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None, options=None,
+            name=None, disable=False, recompile_limit=None, isolate_recompiles=False,
+            shapes_spec=None):
+    """torch.compile's signature.  `disable=True` gives the function back unchanged (as torch
+    does, also as a decorator); anything else raises: sbpflow has no torch.compile.  Its
+    static graphs are `sbpflow.nn.Graph` (OneFlow's API)."""
+    if disable:
+        return model if model is not None else (lambda fn: fn)
+    raise NotImplementedError(
+        "sbpflow.compile (torch.compile) is not supported: sbpflow runs eagerly, or compiles "
+        "a static graph through sbpflow.nn.Graph; torch.compile(..., disable=True) returns the "
+        "model unchanged")

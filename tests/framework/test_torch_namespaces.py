@@ -527,3 +527,20 @@ def test_a_negative_device_index_raises_torchs_error():
         torch.device("cpu", -1)
     with pytest.raises(RuntimeError, match="Device index must not be negative"):
         flow.device("cpu", -1)
+
+
+def test_compile_is_refused_saying_so_unless_disabled():
+    """torch.compile has torch's signature; sbpflow refuses it with a NotImplementedError that
+    names nn.Graph, except disable=True, which returns the model unchanged as torch does."""
+    import inspect
+
+    theirs = inspect.signature(torch.compile).parameters
+    ours = inspect.signature(flow.compile).parameters
+    assert list(ours) == list(theirs)
+    assert {k: p.default for k, p in ours.items()} == {k: p.default for k, p in theirs.items()}
+    model = flow.nn.Linear(2, 2)
+    with pytest.raises(NotImplementedError, match=r"torch\.compile.*nn\.Graph"):
+        flow.compile(model)
+    assert flow.compile(model, disable=True) is model
+    assert flow.compile(disable=True)(model) is model
+    assert torch.compile(disable=True)(len) is len
