@@ -49,15 +49,34 @@ _min_result = _return_type("min")
 _median_result = _return_type("median")
 
 
-def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001 - torch's name
-    if dim is None and keepdim is False and dtype is None:
+def _numpy_named(name, dim, keepdim, axis, keepdims):
+    """dim and keepdim, given under torch's names or NumPy's (`axis`, `keepdims`)."""
+    if axis is not None:
+        if dim is not None:
+            raise TypeError(f"{name}() got both 'dim' and its NumPy alias 'axis'")
+        dim = axis
+    if keepdims is not None:
+        if keepdim is not False:
+            raise TypeError(f"{name}() got both 'keepdim' and its NumPy alias 'keepdims'")
+        keepdim = keepdims
+    return dim, keepdim
+
+
+# sum and mean take NumPy's names themselves (as torch's parser does), with no wrapper frame:
+# they are the hottest reductions of the eager path (see functional/__init__.py).
+def sum(input, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  # noqa: A001
+    if (dim is None and keepdim is False and dtype is None and axis is None
+            and keepdims is None):
         return _apply(_SUM, (input,), {})  # the common call: its plan key is the shortest
+    dim, keepdim = _numpy_named("sum", dim, keepdim, axis, keepdims)
     return _apply(_SUM, (input,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 
 
-def mean(input, dim=None, keepdim=False, *, dtype=None):
-    if dim is None and keepdim is False and dtype is None:
+def mean(input, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):
+    if (dim is None and keepdim is False and dtype is None and axis is None
+            and keepdims is None):
         return _apply(_MEAN, (input,), {})
+    dim, keepdim = _numpy_named("mean", dim, keepdim, axis, keepdims)
     return _apply(_MEAN, (input,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 
 
