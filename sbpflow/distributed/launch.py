@@ -64,11 +64,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from .rank_start import RECORD_ENV, _boot_id
+
 DEFAULT_MASTER_PORT = "29500"  # torchrun's default
 PROXY_RETRIES = 120  # seconds node K waits for node 0's mpiexec to listen
 # Every rank starts through it (see its docstring); run as a file, so it imports no sbpflow.
 RANK_START = str(Path(__file__).resolve().with_name("rank_start.py"))
-_RECORD_ENV = "SBPFLOW_RANK_RECORD"  # where rank_start.py's watchers record the ranks' ends
 USAGE = (
     "usage: python -m sbpflow.distributed.launch --nproc-per-node N [--hostfile FILE | "
     "--nnodes M --node_rank K --master_addr A --master_port P] [--no_python] [--logdir DIR] "
@@ -395,14 +396,6 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
 @dataclasses.dataclass
 class RankRecords:
     """What the ranks' watchers (rank_start.py) recorded: the order the ranks' processes
@@ -570,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
     world_size = nproc * (len(read_hostfile(hostfile)) if hostfile else opts.nnodes)
     record_dir = tempfile.mkdtemp(prefix="sbpflow-launch-")
     record = os.path.join(record_dir, "ranks")
-    env = {**os.environ, _RECORD_ENV: record}
+    env = {**os.environ, RECORD_ENV: record}  # where the ranks' watchers record their ends
     mpiexec_env = dict(env)
     # node 0's mpiexec listens on the master port, where the proxies connect (only hydra reads
     # MPIEXEC_PORT_RANGE; the MPI library in the ranks reads MPIR_CVAR_/MPICH_PORT_RANGE).
