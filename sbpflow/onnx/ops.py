@@ -591,53 +591,54 @@ def _lstm_cell(b, node, ins):
     return [hy, c]
 
 
+def _recurrent_layer(b, node, ins, workspace: int, blocks):
+    """What ONNX's LSTM and GRU nodes share, for a `*_layer` op over the projected sequence
+    `proj` (ins[0]): X is proj, so W is the permutation matrix taking torch's gate blocks to
+    ONNX's order (`blocks`: torch's block index for each ONNX block); the caller reorders
+    w_hh's rows by the returned `order` for R.  The backward workspace (output `workspace`)
+    has no ONNX form: nothing in inference reads it.  Returns (the inputs cast to the output
+    dtype, hidden size, order, W, the int64 constant 0)."""
+    if _used(b, node.outputs[workspace]):
+        raise UnsupportedOperatorError(
+            f"sbpflow.onnx.export: {node.op_type}'s backward workspace (module "
+            f"'{node.scope or '<top>'}', at {node.where()}) has no ONNX mapping")
+    ins = _in_as_out(b, node, ins)
+    d = _out_dtype(b, node)
+    hs = b.static_dim(node, node.outputs[0], 2)
+    order = np.concatenate([np.arange(k * hs, (k + 1) * hs) for k in blocks])
+    w = b.const(np.eye(len(blocks) * hs, dtype=d.np)[order][None])
+    return ins, hs, order, w, b.const(np.zeros(1, np.int64))
+
+
+def _direction(b, node):
+    return "reverse" if b.static(node, "reverse") else "forward"
+
+
 @_reg("lstm_layer")
 def _lstm_layer(b, node, ins):
-    """ONNX's LSTM over the projected sequence: X is `proj` (input projection and both biases
-    already applied), so W is the permutation taking torch's gate order (i, f, g, o) to
-    ONNX's (i, o, f, c), R is w_hh with its gate blocks reordered the same way, and B is 0.
-    The backward workspace has no ONNX form (nothing in inference reads it)."""
-    if _used(b, node.outputs[2]):
-        raise UnsupportedOperatorError(
-            f"sbpflow.onnx.export: lstm_layer's backward workspace (module "
-            f"'{node.scope or '<top>'}', at {node.where()}) has no ONNX mapping")
-    proj, h0, c0, w_hh = _in_as_out(b, node, ins)
-    hs = b.static_dim(node, node.inputs[3], 1)
-    d = _out_dtype(b, node)
-    order = np.concatenate([np.arange(k * hs, (k + 1) * hs) for k in (0, 3, 1, 2)])
-    zero = b.const(np.zeros(1, np.int64))
-    w = b.const(np.eye(4 * hs, dtype=d.np)[order][None])
+    """ONNX's LSTM (gate order i, o, f, c) with B = 0: both biases are already in proj."""
+    (proj, h0, c0, w_hh), hs, order, w, zero = _recurrent_layer(b, node, ins, 2, (0, 3, 1, 2))
     r = b.node("Unsqueeze", [b.node("Gather", [w_hh, b.const(order)], axis=0), zero])
-    bias = b.const(np.zeros((1, 8 * hs), d.np))
+    bias = b.const(np.zeros((1, 8 * hs), _out_dtype(b, node).np))
     h0, c0 = (b.node("Unsqueeze", [x, zero]) for x in (h0, c0))
     y, _, c_n = b.node("LSTM", [proj, w, r, bias, "", h0, c0], n_out=3, hidden_size=hs,
-                       direction="reverse" if b.static(node, "reverse") else "forward")
+                       direction=_direction(b, node))
     one = b.const(np.ones(1, np.int64))
     return [b.node("Squeeze", [y, one]), b.node("Squeeze", [c_n, zero]), None]
 
 
 @_reg("gru_layer")
 def _gru_layer(b, node, ins):
-    """ONNX's GRU (linear_before_reset, torch's form) over the projected sequence: W is the
-    permutation from torch's gate order (r, z, n) to ONNX's (z, r, h), R is w_hh reordered,
-    and B is (0, b_hh reordered)."""
-    if _used(b, node.outputs[1]):
-        raise UnsupportedOperatorError(
-            f"sbpflow.onnx.export: gru_layer's backward workspace (module "
-            f"'{node.scope or '<top>'}', at {node.where()}) has no ONNX mapping")
-    proj, h0, w_hh, b_hh = _in_as_out(b, node, ins)
-    hs = b.static_dim(node, node.inputs[2], 1)
-    d = _out_dtype(b, node)
-    order = np.concatenate([np.arange(k * hs, (k + 1) * hs) for k in (1, 0, 2)])
-    zero = b.const(np.zeros(1, np.int64))
-    w = b.const(np.eye(3 * hs, dtype=d.np)[order][None])
-    r = b.node("Unsqueeze", [b.node("Gather", [w_hh, b.const(order)], axis=0), zero])
-    bias = b.node("Concat", [b.const(np.zeros(3 * hs, d.np)),
-                             b.node("Gather", [b_hh, b.const(order)], axis=0)], axis=0)
+    """ONNX's GRU (gate order z, r, h) with linear_before_reset, torch's form: B is
+    (0, b_hh reordered), the input bias being already in proj."""
+    (proj, h0, w_hh, b_hh), hs, order, w, zero = _recurrent_layer(b, node, ins, 1, (1, 0, 2))
+    gather = b.const(order)
+    r = b.node("Unsqueeze", [b.node("Gather", [w_hh, gather], axis=0), zero])
+    bias = b.node("Concat", [b.const(np.zeros(3 * hs, _out_dtype(b, node).np)),
+                             b.node("Gather", [b_hh, gather], axis=0)], axis=0)
     y, _ = b.node("GRU", [proj, w, r, b.node("Unsqueeze", [bias, zero]), "",
                           b.node("Unsqueeze", [h0, zero])], n_out=2, hidden_size=hs,
-                  linear_before_reset=1,
-                  direction="reverse" if b.static(node, "reverse") else "forward")
+                  linear_before_reset=1, direction=_direction(b, node))
     return [b.node("Squeeze", [y, b.const(np.ones(1, np.int64))]), None]
 
 

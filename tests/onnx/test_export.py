@@ -121,6 +121,18 @@ def test_lstm_with_initial_state_and_gru():
     _check(nn.GRU(3, 4, batch_first=True), (flow.randn(2, 5, 3),))
 
 
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_bidirectional_recurrent_layers_export_as_onnx_nodes(name):
+    """A bidirectional, 2-layer LSTM/GRU without bias: one ONNX LSTM/GRU node per layer and
+    direction (the reverse ones with direction="reverse"), equal to eager."""
+    flow.manual_seed(0)
+    model = getattr(nn, name)(3, 4, num_layers=2, bidirectional=True, bias=False)
+    proto, _ = _check(model, (flow.randn(6, 2, 3),))
+    nodes = [n for n in proto.graph.node if n.op_type == name]
+    directions = sorted(a.s.decode() for n in nodes for a in n.attribute if a.name == "direction")
+    assert directions == ["forward", "forward", "reverse", "reverse"]
+
+
 def test_nn_graph_exports_like_its_module():
     flow.manual_seed(0)
     model = DigitsCNN()
