@@ -143,7 +143,20 @@ def test_loop_and_composed_kernels_agree_with_torch(monkeypatch, name, kwargs, d
     layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
     state = [rng.standard_normal((layers, 4, 5)) for _ in range(2 if name == "LSTM" else 1)]
     tol = dict(rtol=1e-10, atol=1e-12) if dtype == flow.float64 else dict(rtol=2e-4, atol=2e-5)
+    op = name.lower()
+    loops = {f"{op}_step": 0, f"{op}_step_grad": 0}
+    for prim in loops:
+        real = getattr(Primitives, prim)
+
+        def counted(self, *a, _real=real, _prim=prim):
+            out = _real(self, *a)
+            loops[_prim] += out is not None  # the loop ran (it did not decline)
+            return out
+
+        monkeypatch.setattr(Primitives, prim, counted)
     looped, want = _run(name, x, state, kwargs, dtype)
+    steps = 6 * kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+    assert loops == dict.fromkeys(loops, steps)
     for prim in ("lstm_step", "lstm_step_grad", "gru_step", "gru_step_grad"):
         monkeypatch.setattr(Primitives, prim, lambda self, *a: None)
     composed, _ = _run(name, x, state, kwargs, dtype)
