@@ -26,6 +26,7 @@ from threading import get_ident
 
 from .._core.errors import op_error
 from ..autograd.grad_mode import is_grad_enabled
+from ..autograd.node import _FREED
 from ..comm import get_rank, get_world_size
 from ..framework import interpreter
 from ..framework import tensor as _tensor_mod
@@ -126,7 +127,8 @@ class LazyTensor(Tensor):
         raise LazyTensorError(_host_message(self, "deepcopy of"))
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        self.__dict__["_lazy_trace"].backward(self, gradient, inputs)
+        retain = create_graph if retain_graph is None else retain_graph
+        self.__dict__["_lazy_trace"].backward(self, gradient, inputs, retain)
 
 
 def _host_message(t: LazyTensor, what: str) -> str:
@@ -155,6 +157,12 @@ class Trace:
         self._eager_version: dict[int, int] = {}  # id(eager) -> in-place writes in build
         self._assign_of: dict[str, object] = {}  # variable name -> its assign OpNode
         self._n_captured = 0
+        # The autograd graph as eager mode would build it, for backward()'s checks: Job
+        # tensor -> (index of its node, the rg tensors the node reads); a node's saved
+        # tensors are freed by a backward through it without retain_graph, as in eager.
+        self._node_of: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._node_saves: list[bool] = []
+        self._freed: set[int] = set()
         self.scopes: list[str] = []
         self.loc: tuple[str, int] | None = None  # set by passes: the loc of the ops they add
         self._thread = get_ident()
@@ -310,6 +318,13 @@ class Trace:
         self.job.add_op(opdef.name, names, out_names, attrs, scope=self._scope(), loc=loc)
         outs = [self.lazy(n, rg and opdef.differentiable(i, m))
                 for i, (n, m) in enumerate(zip(out_names, out_metas))]
+        if rg:
+            needs = tuple(self._rg(t) for t in tensors)
+            node = (len(self._node_saves), tuple(n for n, r in zip(names, needs) if r))
+            self._node_saves.append(bool(opdef.saved_for("input", len(tensors), needs)
+                                         or opdef.saved_for("output", len(outs), needs)))
+            for n in out_names:
+                self._node_of[n] = node
         if opdef.view:
             src = tensors[0]
             # The eager layout (strides, offset) of the view: contiguous() and reshape decide
@@ -369,8 +384,10 @@ class Trace:
         name = self.name_of(t)
         self.job.add_op("output", (name,), (), {"index": index}, name=f"output_{index}")
 
-    def backward(self, t: LazyTensor, gradient=None, inputs=None) -> None:
-        """`loss.backward()` inside build(): remember the loss; the autograd pass differentiates."""
+    def backward(self, t: LazyTensor, gradient=None, inputs=None, retain_graph=False) -> None:
+        """`loss.backward()` inside build(): remember the loss; the autograd pass differentiates.
+        A second backward through nodes whose saved tensors the first one freed raises
+        eager's error (the autograd pass would otherwise silently add both gradients)."""
         if inputs is not None or gradient is not None:
             raise NotImplementedError(
                 f"backward(gradient=..., inputs=...) inside nn.Graph.build() at {_site()} is "
@@ -380,7 +397,18 @@ class Trace:
                 "element 0 of tensors does not require grad and does not have a grad_fn")
         if t._meta.numel != 1:
             raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        self.job.loss.append(self.name_of(t))
+        name = self.name_of(t)
+        nodes, todo = set(), [name]
+        while todo:
+            node = self._node_of.get(todo.pop())
+            if node is not None and node[0] not in nodes:
+                nodes.add(node[0])
+                todo.extend(node[1])
+        if any(self._node_saves[n] for n in nodes & self._freed):
+            raise RuntimeError(f"{_FREED} (in nn.Graph.build() at {_site()})")
+        if not retain_graph:
+            self._freed |= nodes
+        self.job.loss.append(name)
 
 
 def _site() -> str:
@@ -468,6 +496,15 @@ def trace_build(job: Job, build, args: tuple, kwargs: dict, modules,
             out_spec = flatten(out, out_leaves)
             for i, t in enumerate(out_leaves):
                 trace.output(t, i)
+            # An input build() wrote in place: its last value is one more output, marked
+            # with the input's index, that the caller copies back (the write is not lost).
+            k = len(out_leaves)
+            for i, t in enumerate(lazy_in):
+                name = trace.name_of(t)
+                if name != f"input-{i}":
+                    trace.job.add_op("output", (name,), (), {"index": k, "writeback": i},
+                                     name=f"output_{k}")
+                    k += 1
     finally:
         for h in handles:
             h.remove()

@@ -19,10 +19,15 @@ import functools
 import gc
 import itertools
 import time
+import warnings
 from collections import OrderedDict
+from threading import get_ident
+
+import numpy as np
 
 from .._core.dtype import float64 as _float64
 from ..autograd import no_grad
+from ..framework import interpreter as _interpreter
 from ..framework.tensor import Tensor
 from ..graph import passes as _passes
 from ..graph.ir import Job, Variable
@@ -34,6 +39,10 @@ TRAIN_STEP = "System-Train-TrainStep"
 STATE_SUFFIX = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v",
                 "max_exp_avg_sq": "max_v", "step": "step"}
 _graph_ids = itertools.count()
+# Plans a graph keeps without `with_dynamic_input_shape` (least recently used dropped, with a
+# warning the first time): every new constant or shape compiles, so an unbounded cache grows
+# without end when a caller varies one per call.
+DEFAULT_PLAN_CACHE_SIZE = 10
 
 
 @contextlib.contextmanager
@@ -203,12 +212,23 @@ def _tensor_text(t: Tensor) -> str:
 
 
 class _Compiled:
-    """One traced and compiled signature: the Job, its output spec, the runner."""
+    """One traced and compiled signature: the Job, its output spec, the runner, and the
+    guards that say whether it is still right for the modules as they are now."""
 
-    __slots__ = ("job", "out_spec", "runner", "pass_times", "states", "feeds", "out_sbps")
+    __slots__ = ("job", "out_spec", "runner", "pass_times", "states", "feeds", "out_sbps",
+                 "slots", "tensors", "writebacks")
 
     def __init__(self, job, out_spec, runner, pass_times, states, feeds):
         self.job = job
+        # Guards, checked on every call (graph._stale): [(dict, key, object)] for each module
+        # slot the Job depends on (a parameter, buffer or submodule must still be the object
+        # traced), and [(tensor, meta, requires_grad, blob, strides, offset)] for each
+        # variable (model.double(), requires_grad_(), p.data = ... change these in place).
+        self.slots: list = []
+        self.tensors: list = []
+        # [(input leaf index, output index)]: inputs build() wrote in place, whose new value
+        # is an extra output copied back into the caller's tensor after the step (as eager).
+        self.writebacks: list = []
         # Global inputs give global outputs, with the placement and SBP the Job gives them
         # (on one rank every SBP holds the whole tensor); None for a local graph.
         self.out_sbps = None
@@ -243,7 +263,10 @@ class Graph:
         d["config"] = GraphConfig()
         d["_optimizers"] = []  # [(optimizer, lr_scheduler or None)]
         d["_cache"] = OrderedDict()  # input signature -> _Compiled, least recently used first
-        d["_cache_size"] = None  # None: keep every plan; with_dynamic_input_shape(size=n): LRU
+        # None: DEFAULT_PLAN_CACHE_SIZE plans, warning when one is dropped;
+        # with_dynamic_input_shape(size=n): n plans, least recently used dropped
+        d["_cache_size"] = None
+        d["_cache_warned"] = False
         d["_last"] = None
         d["_debug"] = -1
         d["_train_step"] = 0
@@ -304,26 +327,98 @@ class Graph:
         self.__dict__["_debug"] = int(v_level)
 
     def __call__(self, *args, **kwargs):
+        if _interpreter._apply_lazy is not None and _interpreter._lazy_thread == get_ident():
+            raise RuntimeError(
+                f"{self._name} was called inside another nn.Graph's build(): nesting graphs "
+                "is not supported; call the inner graph's modules directly in build(), or "
+                "call the graphs one after the other")
         leaves: list = []
-        spec = flatten((args, kwargs), leaves)
+        try:
+            spec = _call_key((args, kwargs), leaves)
+        except TypeError as e:
+            raise TypeError(f"{self._name}: {e}") from None
         key = self._signature(spec, leaves)
         cache = self._cache
         compiled = cache.get(key)
+        if compiled is not None and self._stale(compiled):
+            del cache[key]
+            compiled = None
         if compiled is None:
             compiled = self._compile(args, kwargs)
             cache[key] = compiled
-            size = self._cache_size
-            if size is not None and len(cache) > size:
-                cache.popitem(last=False)
-        elif self._cache_size is not None:
+            self._bound_cache()
+        else:
             cache.move_to_end(key)
         self.__dict__["_last"] = compiled
+        if compiled.writebacks:
+            self._check_writebacks(compiled, leaves)
         feeds = self._before_run(compiled)
         outs = compiled.runner.run(leaves, feeds)
         if compiled.out_sbps is not None:
             outs = [o.to_global(*where) for o, where in zip(outs, compiled.out_sbps)]
         self._after_run(compiled)
+        if compiled.writebacks:
+            with no_grad():
+                for i, k in compiled.writebacks:
+                    leaves[i].copy_(outs[k])
         return unflatten(compiled.out_spec, list(outs))
+
+    def _stale(self, compiled: _Compiled) -> bool:
+        """Whether a module slot or a variable the plan reads changed since it was compiled
+        (a replaced parameter, model.double(), requires_grad_(False), p.data = ...).  Such a
+        plan would read the old tensor or mislabel the new data, so the call recompiles."""
+        for store, key, obj in compiled.slots:
+            if store.get(key) is not obj:
+                return self._recompiling(f"{key!r} is no longer the object it traced")
+        for t, meta, rg, blob, strides, offset in compiled.tensors:
+            if (t._blob is not blob or t._requires_grad is not rg or t._strides != strides
+                    or t._offset != offset or (t._meta is not meta and t._meta != meta)):
+                return self._recompiling(
+                    f"a variable changed (now {t.dtype.name}{list(t.shape)}, "
+                    f"requires_grad={t._requires_grad}; traced {meta.dtype.name}"
+                    f"{list(meta.shape)}, requires_grad={rg})")
+        return False
+
+    def _recompiling(self, why: str) -> bool:
+        self.__dict__.pop("_all_modules", None)  # a submodule may have been replaced
+        if self._debug >= 0:
+            print(f"{self._name}: recompiling: {why}")
+        return True
+
+    def _bound_cache(self) -> None:
+        cache, size = self._cache, self._cache_size
+        limit = DEFAULT_PLAN_CACHE_SIZE if size is None else size
+        if len(cache) <= limit:
+            return
+        cache.popitem(last=False)
+        if size is None and not self._cache_warned:
+            self.__dict__["_cache_warned"] = True
+            warnings.warn(
+                f"{self._name} has compiled {limit + 1} plans (one per new input shape, dtype, "
+                f"Python constant or module mode); it keeps the {limit} most recently used "
+                "and recompiles the others when they come back. Pass tensors instead of "
+                "changing Python constants, or decorate __init__ with "
+                "nn.Graph.with_dynamic_input_shape(size=...) to choose the bound",
+                RuntimeWarning, stacklevel=3)
+
+    def _check_writebacks(self, compiled: _Compiled, leaves: list) -> None:
+        """build() writes these inputs in place: refuse what eager mode would refuse, and
+        what the copy-back could not reproduce (two arguments over the same memory)."""
+        for i, _ in compiled.writebacks:
+            t = leaves[i]
+            if t.requires_grad:
+                if t.grad_fn is None:
+                    raise RuntimeError(
+                        f"{self._name}: a leaf Variable that requires grad is being used in an "
+                        f"in-place operation (build() writes input {i} in place)")
+                raise NotImplementedError(
+                    f"{self._name}: build() writes input {i} in place, and it requires grad; "
+                    "graph calls are not differentiated through their inputs")
+        storages = [t._storage for t in leaves]
+        if len({id(st) for st in storages}) != len(storages):
+            raise NotImplementedError(
+                f"{self._name}: build() writes an input in place, and two inputs share memory; "
+                "pass separate tensors (e.g. .clone() one of them)")
 
     @staticmethod
     def with_dynamic_input_shape(*, size: int = 10, enable_shared: bool = True):
@@ -356,12 +451,8 @@ class Graph:
             mods = self.__dict__["_all_modules"] = [
                 m for mod in self._modules.values() for m in mod.modules()]
         modes = tuple([m.training for m in mods])
-        hyper = tuple([tuple([g.get(k) for k in _HYPER_KEYS]) for opt, _ in self._optimizers
-                       for g in opt.param_groups])
-        try:
-            hash(spec)
-        except TypeError:
-            spec = _hashable(spec)
+        hyper = tuple([tuple([_const_key(g.get(k)) for k in _HYPER_KEYS])
+                       for opt, _ in self._optimizers for g in opt.param_groups])
         return (spec, metas, modes, hyper, tuple(self.config._flags.items()))
 
     def _names(self) -> dict[int, str]:
@@ -374,7 +465,35 @@ class Graph:
 
     def _compile(self, args, kwargs) -> _Compiled:
         with _gc_paused():
-            return self._compile_now(args, kwargs)
+            try:
+                compiled = self._compile_now(args, kwargs)
+            except MemoryError as e:
+                raise RuntimeError(f"{self._name}: out of memory while compiling the graph: "
+                                   f"{e}") from e
+        self._guard(compiled)
+        return compiled
+
+    def _guard(self, compiled: _Compiled) -> None:
+        """compiled.slots and compiled.tensors: what the plan must find unchanged to be
+        reused (see _Compiled)."""
+        where, slots = {}, []
+        for attr, module in self._modules.items():
+            slots.append((self._modules, attr, module))
+            for m in module.modules():
+                for store in (m._parameters, m._buffers):
+                    for k, t in store.items():
+                        if t is not None:
+                            where.setdefault(id(t), (store, k))
+                slots.extend((m._modules, k, sub) for k, sub in m._modules.items())
+        tensors = []
+        for v in compiled.job.variables.values():
+            t = v.tensor
+            if t is None:
+                continue
+            if id(t) in where:
+                slots.append((*where[id(t)], t))
+            tensors.append((t, t._meta, t._requires_grad, t._blob, t._strides, t._offset))
+        compiled.slots, compiled.tensors = slots, tensors
 
     def _compile_now(self, args, kwargs) -> _Compiled:
         t0 = time.perf_counter()
@@ -408,6 +527,8 @@ class Graph:
             print(f"{self._name}: trace {trace_s * 1e3:.1f} ms; passes: {parts}; "
                   f"compile {compile_s * 1e3:.1f} ms")
         compiled = _Compiled(job, out_spec, runner, times, states, feeds)
+        compiled.writebacks = [(op.attrs["writeback"], k) for k, op in enumerate(job.outputs())
+                               if "writeback" in op.attrs]
         leaves: list = []
         flatten((args, kwargs), leaves)
         if any(t.is_global for t in leaves):
@@ -493,6 +614,8 @@ class Graph:
             state = opt.state.get(p)
             cur = state.get(key) if state is not None else None
             if cur is not None and cur is not var:
+                if cur._meta != var._meta:
+                    _check_state(self._name, sname, cur, var)
                 with no_grad():
                     var.copy_(cur)
                 opt.state[p][key] = var
@@ -563,12 +686,17 @@ class Graph:
         return out
 
     def load_state_dict(self, state_dict: dict, strict: bool = True) -> None:
+        states = self._state_names()
+        for k, v in state_dict.items():  # refuse a bad entry before anything is replaced
+            if k in states:
+                _check_state(f"{self._name}.load_state_dict", k, v, states[k][1], states[k][2])
+            elif strict and k not in self._modules and k != TRAIN_STEP:
+                raise KeyError(f"{self._name}.load_state_dict: unexpected key {k!r}")
         for n, m in self._modules.items():
             if n in state_dict:
                 m.load_state_dict(state_dict[n], strict=strict)
             elif strict:
                 raise KeyError(f"{self._name}.load_state_dict: missing module entry {n!r}")
-        states = self._state_names()
         for k, v in state_dict.items():
             if k in self._modules:
                 continue
@@ -582,8 +710,6 @@ class Graph:
                         cur.copy_(v)
                     else:
                         opt.state[p][key] = v.detach().clone()
-            elif strict:
-                raise KeyError(f"{self._name}.load_state_dict: unexpected key {k!r}")
 
     # -- inspection ----------------------------------------------------------------------------
     def _job(self) -> Job:
@@ -614,6 +740,24 @@ class Graph:
                              "is_lazy='True'))")
         lines.append(")")
         return "\n".join(lines)
+
+
+def _check_state(where: str, name: str, value, like, key: str | None = None) -> None:
+    """An optimizer state must have its parameter's shape and dtype (a scalar `step` only
+    needs to be a number): one that would broadcast or cast raises, naming the key."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{where}: optimizer state {name!r} must be a Tensor, got "
+                        f"{type(value).__name__}")
+    if key == "step" or (key is None and name.endswith("-step")):
+        if value.numel() != 1:
+            raise RuntimeError(f"{where}: optimizer state {name!r} must hold one number, got "
+                               f"shape {list(value.shape)}")
+        return
+    if tuple(value.shape) != tuple(like.shape) or value.dtype != like.dtype:
+        raise RuntimeError(
+            f"{where}: size or dtype mismatch for optimizer state {name!r}: copying a state of "
+            f"shape {list(value.shape)} and dtype {value.dtype.name} from the checkpoint, its "
+            f"parameter has shape {list(like.shape)} and dtype {like.dtype.name}")
 
 
 def _optimizer_kind(opt) -> str | None:
@@ -658,16 +802,67 @@ _HYPER_KEYS = ("momentum", "dampening", "nesterov", "weight_decay", "maximize", 
                "lambda1", "lambda2", "beta")
 
 
-def _hashable(x):
+# -- the call key ---------------------------------------------------------------------------
+_TENSOR = object()  # where a tensor argument stands in a call key (its meta is keyed apart)
+
+
+def _call_key(obj, leaves: list):
+    """A hashable key of a call's argument structure and Python constants, collecting the
+    tensors into `leaves` in `trace.flatten`'s order.  Constants are keyed as Python tells
+    them apart, not by ==: 1, 1.0 and True differ, 0.0 and -0.0 differ, and NaN equals NaN
+    (a plan bakes the constant in, so a NaN must not compile a new plan on every call)."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return _TENSOR
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), tuple([_call_key(x, leaves) for x in obj]))
+    if isinstance(obj, dict):
+        return (dict, tuple([(_const_key(k), _call_key(v, leaves)) for k, v in obj.items()]))
+    return _const_key(obj)
+
+
+_PLAIN = frozenset({int, bool, str, bytes, type(None)})
+
+
+def _const_key(c):
+    t = type(c)
+    if t in _PLAIN:
+        return (t, c)
+    if isinstance(c, float):
+        return (t, c.hex() if c == c else "nan")
+    if isinstance(c, complex):
+        return (t, _const_key(c.real)[1], _const_key(c.imag)[1])
+    if isinstance(c, (np.ndarray, np.generic)):
+        # by value (a plan bakes it in), NaNs made canonical as for floats
+        a = np.asarray(c)
+        if a.dtype.kind in "fc":
+            a = np.where(np.isnan(a), np.nan, a)
+        return (t, a.dtype.str, a.shape, a.tobytes())
+    if t.__module__.split(".")[0] == "torch" and t.__name__ in ("Tensor", "Parameter"):
+        raise TypeError(f"expected sbpflow Tensor, got torch.Tensor (shape "
+                        f"{tuple(c.shape)}); convert it with sbpflow.from_numpy(t.numpy()) "
+                        "or sbpflow.tensor(t.tolist())")
     try:
-        hash(x)
-        return x
+        hash(c)
     except TypeError:
-        if isinstance(x, dict):
-            return tuple((k, _hashable(v)) for k, v in x.items())
-        if isinstance(x, (list, tuple)):
-            return tuple(_hashable(v) for v in x)
-        return repr(x)
+        return _Identity(c)
+    return (t, c)
+
+
+class _Identity:
+    """The key of an unhashable constant: the object itself (a plan is reused only for the
+    same object; the key keeps it alive, so its id is not reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Identity and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
 
 
 __all__ = ["Graph", "GraphConfig", "GraphModule", "ProxyModule"]

@@ -143,6 +143,10 @@ def _param_names(fn) -> list[str]:
 def _trace(build, modules, args, kwargs) -> tuple[Job, object]:
     job = Job("onnx_export")
     out_spec = trace_build(job, build, args, kwargs, modules)
+    if any("writeback" in op.attrs for op in job.outputs()):
+        raise NotImplementedError(
+            "onnx.export: the model writes one of its inputs in place; an ONNX graph has no "
+            "in-place inputs, so compute the new value out of place and return it")
     return job, out_spec
 
 

@@ -95,7 +95,7 @@ class Runtime:
             elif task.kind == "compute":
                 block = None
                 if task.mem_bytes:
-                    block = self.blocks[task.name] = np.empty(task.mem_bytes, np.uint8)
+                    block = self.blocks[task.name] = _block(plan, task)
                 chain = self.chains[task.name] = Chain(task, plan, linked, self.variables,
                                                        prims, block, rng_index, profile)
                 actor = ComputeActor(task, regs, bus, chain, tr)
@@ -266,3 +266,20 @@ class Runtime:
     def __repr__(self):
         mode = "inline" if self.inline else f"threads {sorted(set(self.bus.thread_of.values()))}"
         return f"Runtime({self.plan.name}, {len(self.actors)} actors, {mode})"
+
+
+def _block(plan, task) -> np.ndarray:
+    """The memory block of a compute task; a MemoryError names the op with the largest
+    planned buffer in it (what the user can change), not only the byte count."""
+    try:
+        return np.empty(task.mem_bytes, np.uint8)
+    except MemoryError as e:
+        sizes = [(plan.tensors[t].mem[1], op) for op in task.ops for t in op.outputs
+                 if plan.tensors[t].mem is not None]
+        if not sizes:
+            raise
+        nbytes, op = max(sizes, key=lambda s: s[0])
+        raise MemoryError(
+            f"plan {plan.name}: cannot allocate the {task.mem_bytes:,}-byte memory block of "
+            f"task {task.name} ({len(task.ops)} ops); its largest buffer, {nbytes:,} bytes, "
+            f"is the output of op {op.op_type} ({op.name}) at {op.where()}") from e
