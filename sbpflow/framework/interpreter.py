@@ -50,9 +50,18 @@ def _check_tensors(opdef, tensors):
             name = opdef.inputs[0][1:] if opdef.variadic else opdef.inputs[i]
             raise op_error(
                 opdef.name,
-                f"argument '{name}' must be Tensor, not {type(t).__name__}",
+                f"argument '{name}' must be Tensor, not {_type_name(t)}",
                 TypeError,
             )
+
+
+def _type_name(x) -> str:
+    """torch's way of naming a wrong argument's type: `float`, but `numpy.ndarray` and
+    `torch.Tensor` (another library's tensor must not read as ours)."""
+    t = type(x)
+    if t.__module__ in ("builtins", __name__) or t.__module__.startswith("sbpflow"):
+        return t.__name__
+    return f"{t.__module__.split('.')[0]}.{t.__name__}"
 
 
 def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):

@@ -566,11 +566,8 @@ class Tensor:
 
     # -- host access ----------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        if self._requires_grad:
-            raise RuntimeError(
-                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
-                "instead."
-            )
+        # OneFlow's rule, not torch's: a tensor that requires grad gives its values too
+        # (torch raises; torch programs never rely on that, OneFlow programs do).
         return self._host()
 
     def _host(self) -> np.ndarray:

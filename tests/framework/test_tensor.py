@@ -126,11 +126,17 @@ def test_len_and_iteration():
         len(flow.tensor(1.0))
 
 
-def test_numpy_requires_grad_raises():
+def test_numpy_of_tensor_requiring_grad_gives_its_values():
+    """OneFlow's rule (torch raises): OneFlow programs call .numpy() on parameters and
+    losses; torch programs never rely on the refusal.  Autograd is unaffected."""
     f = flow.ones(2, requires_grad=True)
-    with pytest.raises(RuntimeError, match="detach"):
-        f.numpy()
+    y = (f * 3).sum()
+    np.testing.assert_array_equal(f.numpy(), np.ones(2, np.float32))
+    np.testing.assert_array_equal(y.numpy(), np.float32(6))
     np.testing.assert_array_equal(f.detach().numpy(), np.ones(2, np.float32))
+    y.backward()
+    np.testing.assert_array_equal(f.grad.numpy(), [3, 3])
+    assert f.requires_grad and y.grad_fn is not None
 
 
 def test_numpy_shares_memory_with_tensor():
