@@ -343,6 +343,7 @@ class Graph:
         if compiled is not None and self._stale(compiled):
             del cache[key]
             compiled = None
+            key = self._signature(spec, leaves)  # module modes of a replaced submodule
         if compiled is None:
             compiled = self._compile(args, kwargs)
             cache[key] = compiled
