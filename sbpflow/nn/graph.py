@@ -216,16 +216,17 @@ class _Compiled:
     guards that say whether it is still right for the modules as they are now."""
 
     __slots__ = ("job", "out_spec", "runner", "pass_times", "states", "feeds", "out_sbps",
-                 "slots", "tensors", "writebacks")
+                 "slots", "tensors", "hooks", "writebacks")
 
     def __init__(self, job, out_spec, runner, pass_times, states, feeds):
         self.job = job
         # Guards, checked on every call (graph._stale): [(dict, key, object)] for each module
-        # slot the Job depends on (a parameter, buffer or submodule must still be the object
-        # traced), and [(tensor, meta, requires_grad, blob, strides, offset)] for each
+        # slot the Job depends on (a parameter, buffer, submodule or forward hook must still
+        # be the object traced), and [(tensor, meta, requires_grad, blob, strides, offset)] for each
         # variable (model.double(), requires_grad_(), p.data = ... change these in place).
         self.slots: list = []
         self.tensors: list = []
+        self.hooks: list = []  # [(pre-hook dict, hook dict, their lengths)] per module
         # [(input leaf index, output index)]: inputs build() wrote in place, whose new value
         # is an extra output copied back into the caller's tensor after the step (as eager).
         self.writebacks: list = []
@@ -371,6 +372,9 @@ class Graph:
         for store, key, obj in compiled.slots:
             if store.get(key) is not obj:
                 return self._recompiling(f"{key!r} is no longer the object it traced")
+        for pre, post, n_pre, n_post in compiled.hooks:
+            if len(pre) != n_pre or len(post) != n_post:
+                return self._recompiling("a module's forward hooks changed")
         for t, meta, rg, blob, strides, offset in compiled.tensors:
             if (t._blob is not blob or t._requires_grad is not rg or t._strides != strides
                     or t._offset != offset or (t._meta is not meta and t._meta != meta)):
@@ -477,7 +481,7 @@ class Graph:
     def _guard(self, compiled: _Compiled) -> None:
         """compiled.slots and compiled.tensors: what the plan must find unchanged to be
         reused (see _Compiled)."""
-        where, slots = {}, []
+        where, slots, hook_counts = {}, [], []
         for attr, module in self._modules.items():
             slots.append((self._modules, attr, module))
             for m in module.modules():
@@ -486,6 +490,12 @@ class Graph:
                         if t is not None:
                             where.setdefault(id(t), (store, k))
                 slots.extend((m._modules, k, sub) for k, sub in m._modules.items())
+                # forward hooks run inside build(): one added or removed changes the trace
+                slots.extend((hooks, k, h) for hooks in (m._forward_pre_hooks,
+                                                         m._forward_hooks)
+                             for k, h in hooks.items())
+                hook_counts.append((m._forward_pre_hooks, m._forward_hooks,
+                                    len(m._forward_pre_hooks), len(m._forward_hooks)))
         tensors = []
         for v in compiled.job.variables.values():
             t = v.tensor
@@ -494,7 +504,7 @@ class Graph:
             if id(t) in where:
                 slots.append((*where[id(t)], t))
             tensors.append((t, t._meta, t._requires_grad, t._blob, t._strides, t._offset))
-        compiled.slots, compiled.tensors = slots, tensors
+        compiled.slots, compiled.tensors, compiled.hooks = slots, tensors, hook_counts
 
     def _compile_now(self, args, kwargs) -> _Compiled:
         t0 = time.perf_counter()

@@ -162,6 +162,22 @@ def test_replaced_buffer_and_submodule_are_read():
     np.testing.assert_allclose(g(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_forward_hooks_added_or_removed_after_first_call_run_as_eager():
+    m = _linear()
+    g = _eval_graph(m)
+    x = _x(4, 3)
+    g(x)
+    handle = m.register_forward_hook(lambda mod, args, out: out * 10)
+    np.testing.assert_allclose(g(x).numpy(), m(x).numpy(), rtol=1e-6)
+    pre = m.register_forward_pre_hook(lambda mod, args: (args[0] + 1,))
+    np.testing.assert_allclose(g(x).numpy(), m(x).numpy(), rtol=1e-6)
+    handle.remove()
+    pre.remove()
+    np.testing.assert_allclose(g(x).numpy(), m(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g(x).numpy(), x.numpy() @ m.weight.numpy().T + m.bias.numpy(),
+                               rtol=1e-6)
+
+
 def test_data_assignment_is_read():
     m = _linear()
     g = _eval_graph(m)
