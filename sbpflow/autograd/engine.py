@@ -12,7 +12,6 @@ from __future__ import annotations
 import heapq
 import sys
 
-from ..comm.communicator import note_backward
 from ..ops.registry import op
 from .grad_mode import set_grad_enabled
 from .node import AccumulateGrad
@@ -37,7 +36,6 @@ def _add(a, b):
 
 def run_backward(roots, grad_roots, retain_graph=False, create_graph=False, inputs=None,
                  allow_unused=False, accumulate=True):
-    note_backward()  # a step marker for the ranks' divergence check (sbpflow.comm)
     root_edges = []
     for t in roots:
         e = _edge(t)

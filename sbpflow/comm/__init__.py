@@ -29,8 +29,6 @@ from .communicator import (
     WorldOfOne,
     balanced_sizes,
     divergence_check_enabled,
-    issue_step,
-    note_backward,
     run_at_step,
     set_divergence_check,
     set_full_check,
@@ -147,6 +145,6 @@ __all__ = [
     "Communicator", "DEFAULT_TIMEOUT_S", "DivergenceError", "ReduceOp", "WorldOfOne",
     "abort_job", "balanced_sizes", "collective_timeout", "divergence_check_enabled", "env",
     "get_local_rank", "get_local_world_size", "get_node_size", "get_rank", "get_world_size",
-    "install_tensor_api", "is_multi_process", "issue_step", "note_backward", "on_clean_exit",
-    "run_at_step", "set_collective_timeout", "set_divergence_check", "set_full_check", "world",
+    "install_tensor_api", "is_multi_process", "on_clean_exit", "run_at_step",
+    "set_collective_timeout", "set_divergence_check", "set_full_check", "world",
 ]

@@ -348,12 +348,13 @@ class WorldOfOne(Communicator):
 
 # -- divergence check ---------------------------------------------------------------------------
 # Every collective (and, in the framework, every global op) folds a fingerprint of what it is
-# (name, dtype, shape, reduce op or root, call index, backward passes so far) into a running
-# hash per sequence: integer hashing of tuples the call has anyway. The ranks compare
-# (call count, hash) with one tiny all-gather on the first `first` calls and then on one call
-# in `every`, on a private duplicate communicator; where they differ, they exchange their
-# last calls and fail naming what each rank ran. Python hashes tuples of ints the same way
-# in every process (only str/bytes hashing is salted), so fingerprints are ints only.
+# (name, dtype, shape, reduce op or root, call index; a step only where one is pinned, see
+# `run_at_step`) into a running hash per sequence: integer hashing of tuples the call has
+# anyway. The ranks compare (call count, hash) with one tiny all-gather on the first `first`
+# calls and then on one call in `every`, on a private duplicate communicator; where they
+# differ, they exchange their last calls and fail naming what each rank ran. Python hashes
+# tuples of ints the same way in every process (only str/bytes hashing is salted), so
+# fingerprints are ints only.
 CHECK_ENV = "SBPFLOW_CHECK_DIVERGENCE"
 FULL_CHECK_ENV = "SBPFLOW_CHECK_GLOBAL"
 DEFAULT_FIRST = 64
@@ -412,11 +413,12 @@ def divergence_check_enabled() -> bool:
     return DIVERGENCE.on
 
 
-# Backward passes so far: a step marker that every rank of a data-parallel job advances
-# together, so a rank that skips one step's collectives differs from the others at its next
-# collective even when every step runs the same shapes. The user-level all_reduce and
-# broadcast (flow.comm, torch.distributed) pin it when issued; other collectives carry none.
-_steps = 0
+# Only what every rank must agree on enters the fingerprint: a collective's op, dtype, shape
+# and reduce op or root, in order. Rank-local counters (backward passes, local ops) stay out:
+# a rank may train, evaluate or take gradients alone between collectives. The one exception
+# is a step a caller pins with `run_at_step` where its ranks must agree on it (DDP: backward
+# passes through its model), and the report names it with the call.
+STEP_TEXT = "through its DDP model"  # how a pinned step reads in the report
 _main_ident = threading.main_thread().ident
 
 
@@ -427,33 +429,16 @@ class _Pinned(threading.local):
 _pinned = _Pinned()
 
 
-def note_backward() -> None:
-    """Called by the autograd engine at each backward pass."""
-    global _steps
-    _steps += 1
-
-
-def issue_step() -> int:
-    """The step count to pin on a collective issued now and run later (see `run_at_step`)."""
-    return _steps
-
-
 def run_at_step(step: int, fn, *args):
-    """Run fn(*args), whose collectives the divergence check compares together with `step`
-    (from `issue_step()` where the collective was issued)."""
+    """Run fn(*args), whose collectives the divergence check compares together with `step`:
+    a count that every rank of the communicator must have reached at these collectives
+    (DistributedDataParallel's: backward passes through its model, no_sync ones included).
+    Pinned per thread, so a collective run later on a worker carries its issuer's count."""
     _pinned.step = step
     try:
         return fn(*args)
     finally:
         _pinned.step = None
-
-
-def _current_step() -> int:
-    # Only a count pinned at issue time is compared (-1: none). The thread that runs a
-    # collective says nothing: the VM runs one inline on the issuing thread on one rank and
-    # on its comm stream's worker, after the next backward may have begun, on another.
-    step = _pinned.step
-    return -1 if step is None else step
 
 
 class DivergenceError(RuntimeError, ValueError):
@@ -550,6 +535,10 @@ class _DivergenceTexts:
             lines.append(f"  First difference, at call #{first}:")
         for r, c in zip(ranks, calls):
             lines.append(f"  rank {r}: {c.get(first, '(not remembered)')}")
+        if any(STEP_TEXT in c.get(first, "") for c in calls):
+            lines.append("  A DDP model's all-reduces name the backward pass they reduce: every "
+                         "rank must run the same backward passes through the model, no_sync "
+                         "ones included.")
         lines.append(f"  Every rank must run the same {seq.what} in the same order. "
                      f"({CHECK_ENV}=0 turns this sampled check off; {FULL_CHECK_ENV}=1 "
                      "compares every call.)")

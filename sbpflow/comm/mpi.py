@@ -70,7 +70,7 @@ _F32 = np.dtype(np.float32)
 
 
 # The divergence check's descriptor of a collective: ints only (see communicator.SequenceCheck)
-# (op code, dtype code, reduce op or root, backward passes, whole shape (1) or rows (0), dims)
+# (op code, dtype code, reduce op or root, pinned step or -1, whole shape (1) or rows (0), dims)
 _OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
              "gather", "scatter", "barrier", "create_group", "node_count")
 _OP_CODES = {name: i for i, name in enumerate(_OP_NAMES)}
@@ -83,8 +83,8 @@ _pinned = _cc._pinned
 
 
 def _describe_call(entry) -> str:
-    """A collective's descriptor as text: 'all_reduce (float32 [4], op sum) after 3 backward
-    passes'."""
+    """A collective's descriptor as text: 'all_reduce (float32 [4], op sum)', and the step
+    pinned on it where one is (DDP's: 'in backward pass 3 through its DDP model')."""
     op, dt, arg, step, whole, dims = entry
     name = _OP_NAMES[op] if 0 <= op < len(_OP_NAMES) else f"<collective {op}>"
     parts = []
@@ -99,7 +99,7 @@ def _describe_call(entry) -> str:
         parts.append(f"root {arg}")
     text = name + (f" ({', '.join(parts)})" if parts else "")
     if step >= 0:
-        text += f" after {step} backward pass{'es' if step != 1 else ''}"
+        text += f" in backward pass {step} {_cc.STEP_TEXT}"
     return text
 
 

@@ -47,15 +47,18 @@ def _whole(t: Tensor) -> bool:
             and t.is_contiguous())
 
 
-def _issue(name: str, tensors: list, fn) -> None:
+def _issue(name: str, tensors: list, fn, step: int | None = None) -> None:
     """Run fn(list of arrays) -- which writes them in place -- as one collective instruction
     on the comm stream, ordered after the tensors' writers and readers and before their
-    later users. Returns at once (unlike `distributed.collectives._on_comm_stream`)."""
+    later users. Returns at once (unlike `distributed.collectives._on_comm_stream`). `step`:
+    a count every rank must agree on here, which the divergence check compares too."""
     blobs = tuple(t._blob for t in tensors)
-    step = _comm.issue_step()  # the divergence check compares the step it was issued at
 
     def run():
-        _comm.run_at_step(step, fn, [b.array for b in blobs])
+        if step is None:
+            fn([b.array for b in blobs])
+        else:
+            _comm.run_at_step(step, fn, [b.array for b in blobs])
 
     _builder.collective(name, run, ins=blobs, outs=blobs,
                         writes=tuple(t._storage for t in tensors))
@@ -170,6 +173,15 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_hooks", [])
         self._reset_backward_state()
         self._sync_this_backward = False
+        # Backward passes through this model (no_sync ones too), which every rank must run
+        # alike: its all-reduces pin the number of the pass they reduce for the divergence
+        # check, so a rank that runs one step under no_sync alone is caught. A pass counts at
+        # the first hook after a forward with grad enabled (backward through `.module` alone
+        # does not); the number is taken at forward, where unused parameters' buckets may
+        # already launch.
+        self._backward_passes = 0
+        self._count_next_backward = False
+        self._pass_number = 0
 
         # Parameters and buffers start equal on every rank: rank 0's.
         with no_grad():
@@ -233,8 +245,11 @@ class DistributedDataParallel(Module):
                     _broadcast(buffers, self.process_group)
         out = self.module(*inputs, **kwargs)
         self._reset_backward_state()
+        grad = is_grad_enabled()
+        self._count_next_backward = grad
+        self._pass_number = self._backward_passes + 1
         self._sync_this_backward = (self._world_size > 1 and self.require_backward_grad_sync
-                                    and is_grad_enabled() and bool(self._params))
+                                    and grad and bool(self._params))
         if self._sync_this_backward and self.find_unused_parameters:
             used = _reachable_leaves(out)
             unused = [p for p in self._params if id(p) not in used]
@@ -251,6 +266,9 @@ class DistributedDataParallel(Module):
     # -- backward ---------------------------------------------------------------------------
     def _make_hook(self, p):
         def hook(grad):
+            if self._count_next_backward:
+                self._count_next_backward = False
+                self._backward_passes += 1
             if not self._sync_this_backward:
                 return None
             if self._deferred is not None:  # its .grad has been accumulated by now
@@ -310,7 +328,7 @@ class DistributedDataParallel(Module):
                 np.copyto(a, flat[start:start + a.size].reshape(a.shape))
                 start += a.size
 
-        _issue(f"ddp_all_reduce[bucket {bucket.index}]", grads, run)
+        _issue(f"ddp_all_reduce[bucket {bucket.index}]", grads, run, self._pass_number)
 
     # -- passthrough ----------------------------------------------------------------------
     def __getstate__(self):

@@ -5,14 +5,16 @@ job must then end with a non-zero status and a message naming both ranks' calls:
 - dtype: rank 0 all-reduces float32, rank 1 int32 (the first collective); c10d_dtype: float64
   against float32 through torch.distributed's API;
 - skip_step: a data-parallel loop (backward, then one all_reduce per gradient) where rank 1
-  skips the all-reduces of step SKIP_STEP, after the first 64 collectives (so the sampled
-  check, not the initial one, must catch it);
+  skips the all-reduces of step SKIP_STEP, after the first 64 collectives (same shapes every
+  step: only rank 0's last all-reduces, which rank 1 never issues, tell);
 - ddp_no_sync: DistributedDataParallel, where rank 1 runs one step's backward under
   no_sync (its gradients are not all-reduced that step), after the first 64 all-reduces;
 - global_ops: rank 0 runs matmul where rank 1 runs add, on broadcast global tensors;
 - shape: all_reduce of 4 elements on rank 0, 5 on rank 1 (the first collective); with
   SHAPE_AFTER set, after that many matching all-reduces (a sampled call must be hit).
-Mode long_ok runs a correct job long enough for many sampled comparisons and prints "ok".
+Mode long_ok runs a correct job long enough for many sampled comparisons and prints "ok";
+mode local_work_ok is a correct job whose ranks do different amounts of local work (backward
+passes, local ops, evaluation) between the same collectives, and prints "ok" too.
 """
 
 import os
@@ -110,6 +112,61 @@ elif mode == "long_ok":
     w = model.weight.detach().clone()
     flow.comm.broadcast(w, 0)
     assert np.array_equal(w.numpy(), model.weight.detach().numpy())
+    say("ok")
+elif mode == "local_work_ok":
+    def local_training(n):  # backward passes and optimizer steps that issue no collective
+        m = flow.nn.Linear(4, 2)
+        opt = flow.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(n):
+            opt.zero_grad()
+            m(flow.randn(3, 4)).square().sum().backward()
+            opt.step()
+
+    flow.manual_seed(rank)
+    local_training(5 if rank == 0 else 0)  # as benchmarks/ddp.py: rank 0 trains alone first
+    t = flow.ones(3)
+    for step in range(70):  # past the 64 calls that are all compared: sampled calls too
+        local_training(step % 3 if rank == 0 else 2 * (step % 2))
+        flow.comm.all_reduce(t)
+        t /= 2
+    w = flow.full((2,), float(rank))
+    flow.comm.broadcast(w, 0)
+    assert w.numpy().tolist() == [0.0, 0.0], w
+    import sbpflow.distributed as dist
+
+    dist.init_process_group("gloo")
+    u = flow.ones(2, 3)
+    local_training(3 * rank)
+    dist.all_reduce(u)
+    assert np.array_equal(u.numpy(), np.full((2, 3), 2.0)), u
+    # DDP wrapped after unequal local training; between its steps rank 1 evaluates the model,
+    # takes gradients through the bare module (a saliency map) and trains another model.
+    flow.manual_seed(0)
+    model = flow.nn.parallel.DistributedDataParallel(flow.nn.Linear(4, 2))
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+    x = flow.randn(8, 4) + rank
+    for step in range(70):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        if rank == 1:
+            with flow.no_grad():
+                model(x)
+            probe = x.clone().requires_grad_()
+            model.module(probe).sum().backward()
+            local_training(step % 3)
+    weight = model.module.weight.detach().clone()
+    flow.comm.broadcast(weight, 0)  # rank 0's weights: every rank's must be the same
+    assert np.array_equal(weight.numpy(), model.module.weight.detach().numpy())
+    # Global ops, with local backward passes on one rank between them.
+    placement = flow.placement("cpu", [0, 1])
+    g = flow.arange(6.0).reshape(3, 2).to_global(placement, flow.sbp.broadcast)
+    for step in range(70):
+        g = (g + 1.0).to_global(placement, flow.sbp.split(0) if step % 2 else
+                                flow.sbp.broadcast)
+        local_training(rank * (step % 2))
+    total = g.to_global(placement, flow.sbp.broadcast).numpy()
+    assert np.array_equal(total, np.arange(6.0).reshape(3, 2) + 70), total
     say("ok")
 else:
     raise SystemExit(f"unknown mode {mode!r}")
