@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .._core import dtype as dt
@@ -51,6 +52,73 @@ def _int_range(dtype: dt.DType) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
+# The C names torch's Scalar conversion gives in "value cannot be converted to type int64_t
+# without overflow" (from full and fill_).
+_SCALAR_C_NAMES = {
+    "bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+    "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+    "float32": "float", "float64": "double",
+}
+
+
+def check_fill_value(name: str, value, dtype: dt.DType) -> None:
+    """torch's checked conversion of a fill value to dtype (at::Scalar, then checked_convert):
+    NumPy would wrap it, or fail with its own OverflowError inside the kernel."""
+    if isinstance(value, (bool, np.bool_)) or (dtype is dt.bool_ and not isinstance(value, int)):
+        return
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+        # a Python int becomes an int64 Scalar, or a uint64 one, or cannot be held at all
+        if v < -(2**63):
+            raise op_error(name, "can't convert negative int to unsigned", OverflowError)
+        if v >= 2**64:
+            raise op_error(name, "int too big to convert", OverflowError)
+        if dtype is dt.bool_ or dtype is dt.float64 or dtype is dt.float32:
+            return  # below 2**64: within float32's range
+        if dtype.is_floating_point:
+            ok = abs(v) <= _FLOAT_MAX[dtype.name]
+        else:
+            lo, hi = _int_range(dtype)
+            # negatives down to -max wrap into an unsigned type (two's complement), as torch
+            ok = v <= hi and (lo <= v if lo < 0 else -hi <= v)
+    elif isinstance(value, (float, np.floating)):
+        f = float(value)
+        if dtype.is_floating_point:
+            # inf and nan convert to any floating type; a finite value must fit
+            ok = not math.isfinite(f) or dtype is dt.float64 or abs(f) <= _FLOAT_MAX[dtype.name]
+        else:
+            lo, hi = _int_range(dtype)
+            ok = float(lo) <= f <= float(hi)  # compared as doubles; NaN fails
+    else:
+        return
+    if not ok:
+        raise op_error(name, f"value cannot be converted to type {_SCALAR_C_NAMES[dtype.name]} "
+                       f"without overflow (the value {value!r})")
+
+
+_FLOAT_MAX = {d.name: float(ml_dtypes.finfo(d.np).max)
+              for d in (dt.float16, dt.bfloat16, dt.float32)}
+
+
+def _stored_fill(value, dtype: dt.DType):
+    """The value a checked fill stores, as torch's C cast would: NumPy refuses a negative
+    int for an unsigned type (torch wraps it) and a float of 2**63 for int64 (torch's cast
+    gives int64's min)."""
+    if dtype.is_floating_point or dtype is dt.bool_ or isinstance(value, (bool, np.bool_)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        v = int(value)  # checked: finite and in range as a double
+        return -(2**63) if v > 2**63 - 1 else v
+    if isinstance(value, (int, np.integer)) and value < 0 and not dtype.is_signed:
+        return int(value) % (np.iinfo(dtype.np).max + 1)
+    return value
+
+
+def _full_meta(shape, fill_value, dtype):
+    check_fill_value("full", fill_value, dtype)
+    return TensorMeta(_check_shape("full", shape), dtype)
+
+
 def creation_sbp(shape):
     """A creation op can produce any split or broadcast directly (never partial)."""
     return [Signature((), (B,))] + [
@@ -79,9 +147,9 @@ register(OpDef(
     "full",
     inputs=(),
     attrs={"shape": Attr("ints"), "fill_value": Attr("scalar"), "dtype": Attr("dtype")},
-    infer_meta=lambda shape, fill_value, dtype: TensorMeta(_check_shape("full", shape), dtype),
+    infer_meta=_full_meta,
     kernel=lambda ctx, shape, fill_value, dtype: ctx.prims.full(ctx.out_metas[0].shape, dtype,
-                                                                fill_value),
+                                                                _stored_fill(fill_value, dtype)),
     sbp=lambda shape, fill_value, dtype: creation_sbp(shape),
     reference=lambda torch, shape, fill_value, dtype: torch.full(shape, fill_value, dtype=dtype),
     samples=lambda rng: [Sample(shape=(2, 3), fill_value=1.5, dtype=dt.float32),

@@ -12,6 +12,7 @@ from .. import interpreter
 from ..generator import get_rng_state, set_rng_state  # re-exported as sbpflow.*
 from ..global_tensor import GlobalDevice, from_logical, global_mode_device
 from ..tensor import Tensor, check_memory_format
+from . import _pyconvert as _pyc
 from ._base import call, shape_args
 
 _CPU = Device("cpu")
@@ -36,6 +37,18 @@ def _infer_dtype(data) -> dt.DType:
     raise TypeError(f"tensor(): could not infer dtype of {arr.dtype}")
 
 
+def _python_leaf_types(data):
+    """The leaf types of `data` if it is a Python number or a rectangular nested list/tuple
+    of them (bool, int, float exactly: NumPy scalars and tensors take the general path),
+    else None."""
+    if type(data) in _pyc.PY_SCALARS:
+        return {type(data)}
+    if type(data) not in _pyc.SEQS:
+        return None
+    types = _pyc.leaf_types(data)
+    return types if types is not None and types <= _pyc.PY_SCALARS else None
+
+
 def _from_nested_tensors(data):
     if isinstance(data, Tensor):
         return data.detach()._host().copy() if data.dtype not in (dt.bfloat16,) else \
@@ -55,7 +68,13 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False,
     if isinstance(data, Tensor):
         host = data._host()
         dtype = data.dtype if dtype is None else dt.as_dtype(dtype)
+    elif (types := _python_leaf_types(data)) is not None:
+        # Python numbers (the common case): one C-speed pass for the leaf types gives
+        # torch's dtype inference, then each value must fit that dtype as in torch
+        dtype = _pyc.infer_python_dtype(types) if dtype is None else dt.as_dtype(dtype)
+        host = _pyc.checked_host(np.asarray(data), data, dtype, "tensor", float in types)
     else:
+        checked = not isinstance(data, np.ndarray)  # an array is cast, as torch casts it
         data = _from_nested_tensors(data)
         if isinstance(data, (list, tuple)):
             _check_rectangular(data)
@@ -65,6 +84,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False,
         host = np.asarray(data)
         if host.dtype == object:
             raise TypeError(f"tensor(): could not convert {type(data).__name__} to a tensor")
+        if checked:  # NumPy scalars, lists of arrays or tensors: each value is checked
+            host = _pyc.checked_host(host, host, dtype, "tensor", host.dtype.kind == "f")
     if isinstance(device, GlobalDevice):
         t = from_logical(np.asarray(host), dtype, device)
         if requires_grad:
