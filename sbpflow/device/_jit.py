@@ -5,8 +5,9 @@ Each loop of the first group does exactly the arithmetic of the NumPy code it re
 (copies, comparisons, and adds in the same order), so results are bitwise equal; it only
 removes NumPy's per-pass and per-short-row overhead.  The transformer loops (at the end) work
 in float64 and round once, so they are within float32 rounding of the NumPy formulas, not
-bitwise equal (see there).  Compiled with numba's on-disk cache (`cache=True`; this module's
-path is stable), so a second process loads the machine code instead of compiling it.
+bitwise equal (see there).  Compiled with numba's on-disk cache (`_numba_cache.njit`: a
+per-user folder, never a point of failure), so a second process loads the machine code
+instead of compiling it.
 
 `available()` is False when numba cannot be imported; callers then keep their NumPy code.
 """
@@ -19,6 +20,8 @@ import numpy as np
 
 try:
     import numba
+
+    from ._numba_cache import njit as _cached_njit
 except Exception:  # pragma: no cover - numba is a dependency, but stay importable without it
     numba = None
 
@@ -28,7 +31,7 @@ def available() -> bool:
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+    _jit = _cached_njit(nogil=True, error_model="numpy")
 
     @_jit
     def im2col2d(xp, cols, kh, kw, sh, sw, dh, dw):
@@ -210,8 +213,7 @@ _GELU_KAPPA = 0.044715
 
 if numba is not None:
     _inline = numba.njit(inline="always", error_model="numpy")
-    _jit_fma = numba.njit(cache=True, nogil=True, error_model="numpy",
-                          fastmath={"contract"})
+    _jit_fma = _cached_njit(nogil=True, error_model="numpy", fastmath={"contract"})
 else:  # pragma: no cover
     def _inline(fn):
         return fn

@@ -12,6 +12,8 @@ import math
 
 try:
     import numba
+
+    from ._numba_cache import njit as _cached_njit
 except Exception:  # pragma: no cover - numba is a dependency, but stay importable without it
     numba = None
 
@@ -79,6 +81,6 @@ def bn_backward(g, x, w, mean, var, gm, gv, eps, dx, dw, db):
 if numba is not None:
     # reassoc: the channel sums may be reordered, so LLVM vectorises them (8 float64 lanes
     # of partial sums instead of one serial chain: about 3x faster here).
-    _jit = numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+    _jit = _cached_njit(nogil=True, error_model="numpy", fastmath={"reassoc"})
     bn_forward = _jit(bn_forward)
     bn_backward = _jit(bn_backward)

@@ -17,6 +17,8 @@ import numpy as np
 
 try:
     import numba
+
+    from ..device._numba_cache import njit as _cached_njit
 except Exception:  # pragma: no cover - numba is a dependency
     numba = None
 
@@ -78,7 +80,7 @@ def initial_values(initializer: dict, seed: int, keys: np.ndarray, column: int,
 
 
 if numba is not None:
-    _jit = numba.njit(cache=True, nogil=True)
+    _jit = _cached_njit(nogil=True)
 
     @_jit
     def _bucket(key, mask):

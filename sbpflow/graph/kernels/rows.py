@@ -30,6 +30,8 @@ ROW_OPS = {"layer_norm": "row_layer_norm", "softmax": "row_softmax",
 
 try:
     import numba
+
+    from ...device._numba_cache import njit as _cached_njit
 except ImportError:  # the fusion pass swaps nothing without numba
     numba = None
 
@@ -38,7 +40,7 @@ def _jit(**flags):
     def wrap(fn):
         if numba is None:
             return fn
-        return numba.njit(cache=True, error_model="numpy", nogil=True, **flags)(fn)
+        return _cached_njit(error_model="numpy", nogil=True, **flags)(fn)
 
     return wrap
 

@@ -28,7 +28,8 @@ Kernels (`KERNEL_RESOLVERS["fused_elementwise"]`): the arithmetic of a group is 
 Python source for numba (`fastmath` off, `error_model="numpy"`, so results are IEEE-identical
 to NumPy's: float64 bitwise, float32 too), written under a content-addressed file name in
 `$SBPFLOW_NUMBA_CACHE`, else `$NUMBA_CACHE_DIR/sbpflow`, else `~/.cache/sbpflow/numba`, and
-compiled with numba's on-disk cache, so a second process loads it instead of compiling.  The
+compiled with numba's on-disk cache (`device/_numba_cache.py`: a cache that fails is skipped,
+with one warning), so a second process loads it instead of compiling.  The
 loop nest is generated per rank and broadcast pattern, not per size, so chains of one form
 share a kernel.  Transcendental steps (exp, log, tanh, sigmoid, ...) are not generated: numba
 calls scalar libm there, several times slower than NumPy's SIMD loops and not bit-equal to
@@ -53,6 +54,7 @@ import os
 import re
 import sys
 import threading
+import types
 
 import numpy as np
 
@@ -594,7 +596,8 @@ def _generate(stage_steps, in_refs, in_shapes, out_refs, rank, ref_dtype) -> str
     # A loop with a gelu step is not bitwise equal to eager anyway: let LLVM contract its
     # multiply-adds into FMAs (the polynomials' cost halves, and rounds less).
     fm = ", fastmath={'contract'}" if g.helpers else ""
-    lines = [f"@numba.njit(cache=True, error_model='numpy', nogil=True{fm})",
+    lines = ["from sbpflow.device._numba_cache import njit as cached_njit", "", "",
+             f"@cached_njit(error_model='numpy', nogil=True{fm})",
              f"def fused({', '.join(args)}):"]
     ind = "    "
     for d in range(rank):
@@ -603,13 +606,34 @@ def _generate(stage_steps, in_refs, in_shapes, out_refs, rank, ref_dtype) -> str
     return g.header() + "\n\n\n" + "\n".join(lines) + "\n"
 
 
-def _cache_dir() -> str:
-    d = os.environ.get("SBPFLOW_NUMBA_CACHE")
-    if not d and os.environ.get("NUMBA_CACHE_DIR"):
-        d = os.path.join(os.environ["NUMBA_CACHE_DIR"], "sbpflow")
-    if not d:
-        d = os.path.join(os.path.expanduser("~"), ".cache", "sbpflow", "numba")
-    return d
+def _source_file(key: str, source: str) -> str | None:
+    """The path of `source` in the cache folder (written there once), or None (after one
+    warning) where it cannot be written: the kernel then compiles from memory."""
+    from ...device import _numba_cache  # imports numba: only once a kernel is jitted
+
+    d = _numba_cache.cache_dir()
+    if d is None:
+        _numba_cache.warn_once("no per-user cache folder (HOME is not set); set NUMBA_CACHE_DIR")
+        return None
+    path = os.path.join(d, f"fused_{key}.py")
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == source:
+                return path
+        _numba_cache.warn_once(f"{path} was damaged; rewriting it")
+    except (FileNotFoundError, NotADirectoryError):  # not written yet
+        pass
+    except (OSError, UnicodeDecodeError) as e:
+        _numba_cache.warn_once(f"cannot read {path} ({type(e).__name__}: {e}); rewriting it")
+    # Written once under a content-addressed name, and rewritten only when damaged: numba's
+    # cache is keyed by the file's path and stamp (its mtime in older numba versions).
+    try:
+        os.makedirs(d, exist_ok=True)
+        _numba_cache.write_atomic(path, source.encode("utf-8"))
+    except OSError as e:
+        _numba_cache.warn_once(f"cannot write {path} ({type(e).__name__}: {e})")
+        return None
+    return path
 
 
 _COMPILED: dict[str, object] = {}
@@ -626,22 +650,18 @@ def _load(source: str):
         fn = _COMPILED.get(key)
         if fn is not None:
             return fn
-        d = _cache_dir()
-        os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, f"fused_{key}.py")
-        # Written once under a content-addressed name: numba's cache is keyed by the file's
-        # path and timestamp, so rewriting an existing file would invalidate it.
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
         name = f"sbpflow_fused_{key}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        # numba's cached functions find their globals by importing the module's name.
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
+        path = _source_file(key, source)
+        if path is None:  # no disk cache for it: the module is made from the string
+            mod = types.ModuleType(name)
+            sys.modules[name] = mod
+            exec(compile(source, f"<{name}>", "exec"), mod.__dict__)
+        else:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            # numba's cached functions find their globals by importing the module's name.
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
         fn = mod.fused
         _COMPILED[key] = fn
         return fn
