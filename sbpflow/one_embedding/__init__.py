@@ -415,13 +415,45 @@ class Embedding(Module):
                                                  "world_size": self.world_size})
 
     def load_snapshot(self, snapshot_name: str) -> None:
-        """Restore the rows and optimizer state saved by save_snapshot(snapshot_name)."""
-        header = self.store.load_snapshot(snapshot_name)
-        if header.get("world_size", self.world_size) != self.world_size:
-            raise SnapshotError(f"one_embedding {self.name!r}: snapshot {snapshot_name!r} was "
-                                f"saved by {header['world_size']} ranks, this job has "
-                                f"{self.world_size} (keys are sharded by rank count)")
+        """Restore the rows and optimizer state saved by save_snapshot(snapshot_name).
+
+        Every rank checks its whole snapshot first (length, CRC, dims, dtype, rank count);
+        the ranks then agree, and the table is replaced on all of them or on none: a refused
+        load leaves the live table as it was. Every rank must call it (SPMD)."""
+        checked, error = None, None
+        try:
+            checked = self.store.check_snapshot(snapshot_name)
+            self._check_header(snapshot_name, checked.header)
+        except Exception as e:  # reported after the ranks agree: a lone raise would hang them
+            error = e
+        try:
+            if self.world_size > 1:
+                ok = _comm.world().all_gather(np.array([error is None], np.int32))
+                refused = np.flatnonzero(ok == 0).tolist()
+                if refused and error is None:
+                    raise SnapshotError(
+                        f"one_embedding {self.name!r}: snapshot {snapshot_name!r} was refused "
+                        f"on rank(s) {refused} (their error says why); no rank loaded it, "
+                        "the table is unchanged")
+            if error is not None:
+                raise error
+            self.store.replace(checked)
+        finally:
+            if checked is not None:
+                checked.close()
         self._pending.clear()
+
+    def _check_header(self, snapshot_name: str, header: dict) -> None:
+        saved = header.get("world_size", self.world_size)  # older snapshots: unchecked
+        if saved != self.world_size:
+            raise SnapshotError(f"one_embedding {self.name!r}: snapshot {snapshot_name!r} was "
+                                f"saved by {saved} ranks, this job has {self.world_size} "
+                                "(keys are sharded by rank count)")
+        rank = header.get("rank", self.rank)
+        if rank != self.rank:
+            raise SnapshotError(f"one_embedding {self.name!r}: snapshot {snapshot_name!r} in "
+                                f"{self.store.path!r} was saved by rank {rank}, this is rank "
+                                f"{self.rank} (each rank holds the keys it owns)")
 
     # -- forward ----------------------------------------------------------------------------
     def _check(self, ids, table_ids):

@@ -23,7 +23,17 @@ Snapshots (`save_snapshot(name)`) go to `rank-N/snapshots/<name>`: one file with
 the keys in slot order, the rows, and a CRC32 of all of it. It is written to a temporary
 name, fsync'ed and renamed over the old one, so a crash mid-write leaves the previous
 snapshot of that name intact; a truncated or corrupt file fails its length or checksum check
-with an error that says so.
+with an error that says so. A load checks the whole file and everything it must agree with
+(dims, dtype, the caller's expectations) before it replaces anything, so a refused load
+leaves the live table as it was. A save removes the temporary files of earlier saves of that
+name whose process died mid-write (kill -9), as `flow.save` does.
+
+One store per directory. An open store holds an exclusive `flock` on `path/lock` (which
+names its pid) until it is closed or collected, or its process dies: a second store on the
+same directory, in this process or another, would empty the value file under the first one's
+map. The value file's blocks are reserved (`posix_fallocate`) whenever it grows, which is
+when new keys arrive, so a full disk fails that lookup with ENOSPC (naming the store, the
+table unchanged) instead of killing the process with SIGBUS at a later write through the map.
 """
 
 from __future__ import annotations
@@ -31,11 +41,20 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
+import time
+import weakref
 import zlib
 
 import numpy as np
 
+from ..framework import serialization as _ser
 from ._hash import KeyIndex, initial_values
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: stores are not locked
+    fcntl = None
 
 _MAGIC = b"SBPFLOW-ONE-EMBEDDING-SNAPSHOT-1\n"
 _CHUNK_ROWS = 1 << 16
@@ -55,6 +74,114 @@ def _resident_file_bytes() -> int | None:
 
 class SnapshotError(RuntimeError):
     """A snapshot is missing, truncated or corrupt, or does not fit this store."""
+
+
+_LOCK_NAME = "lock"
+_LOCK_FDS: set[int] = set()  # the lock descriptors of this process's open stores
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child (a DataLoader worker) closes its copies of the lock descriptors: a
+    flock lasts while any descriptor of it is open, so a child outliving its parent's store
+    would keep the directory locked, and in the parent's name."""
+    for fd in _LOCK_FDS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _LOCK_FDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the lock on `fd`'s file, from the pid it wrote there."""
+    for _ in range(20):  # the holder writes its pid just after taking the lock
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit() and _ser._process_start(int(text)) is not None:
+            break
+        time.sleep(0.005)
+    if not text.isdigit():
+        return "another process (its pid is not written yet)"
+    if int(text) == os.getpid():
+        return f"this process (pid {text}, another store)"
+    return f"process {text}"
+
+
+def _lock_store(path: str) -> int | None:
+    """Take the store directory's exclusive lock; returns the lock file's descriptor. The
+    lock belongs to this open file description, so a second open() in this process is
+    refused too, and the kernel drops it when the descriptor is closed or the process
+    dies."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    lock = os.path.join(path, _LOCK_NAME)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise RuntimeError(
+            f"one_embedding: the store directory {path!r} is in use by {holder}, which holds "
+            f"its lock {lock!r}. A directory is opened by one store at a time: close or "
+            "delete the embedding that has it open, or give this one another "
+            "persistent_path") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _LOCK_FDS.add(fd)
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd in _LOCK_FDS:  # not after a fork: the child closed it, the number may be reused
+        _LOCK_FDS.discard(fd)
+        os.close(fd)  # drops the flock
+
+
+def _named(e: OSError, what: str) -> OSError:
+    """`e` again (same errno, so the same OSError subclass) with `what` in its message."""
+    if e.errno is None:
+        return e
+    return OSError(e.errno, f"{what}: {e.strerror}", e.filename)
+
+
+# Snapshot temporaries of the format before flow.save's (`.<name>.tmp-<pid>`).
+_OLD_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-(?P<pid>\d+)\Z")
+
+
+def _remove_old_temps(directory: str, name: str) -> None:
+    """Remove `.<name>.tmp-<pid>` files whose process is gone (no start time was recorded
+    in that format, so a reused pid keeps its file: never a live save's file removed)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for n in names:
+        m = _OLD_TEMP.match(n)
+        if m and m["name"] == name and _ser._process_start(int(m["pid"])) is None:
+            try:
+                os.unlink(os.path.join(directory, n))
+            except OSError:
+                pass
+
+
+class _Checked:
+    """A snapshot that passed every check (`EmbeddingStore.check_snapshot`): the open file
+    (it cannot change under us: the store's lock covers its directory and the inode is held),
+    its header and the new key index, ready for `EmbeddingStore.replace`."""
+
+    def __init__(self, path, f, header, offset, keys, index):
+        self.path, self.f, self.header, self.offset = path, f, header, offset
+        self.keys, self.index = keys, index
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def _grown(a: np.ndarray, n: int, fill) -> np.ndarray:
@@ -95,22 +222,31 @@ class EmbeddingStore:
         self.capacity_hint = int(capacity_hint)
         os.makedirs(os.path.join(path, "snapshots"), exist_ok=True)
         self._values_path = os.path.join(path, "values")
-        self._reset(capacity_hint)
-
-    # -- state ----------------------------------------------------------------------------
-    def _reset(self, capacity_hint: int = 0) -> None:
-        self.index = KeyIndex(capacity_hint)
-        # Sized for the capacity hint up front: growing by doubling would copy (and for a
-        # moment hold twice) arrays of 10^8 entries. key_of_slot's pages are touched only
-        # as keys arrive.
-        self.key_of_slot = np.empty(int(capacity_hint), np.int64)
-        # -1: the row is in the file; int32, as cache lines number far below 2^31
-        self.line_of_slot = np.full(int(capacity_hint), -1, np.int32)
-        self.file_rows = 0  # rows the value file has room for
-        with open(self._values_path, "wb"):
-            pass  # a new store starts empty; state comes back only from a snapshot
         self._mm = None
         self._rows2d = None  # the file as (rows, storage_dim) when rows fill whole blocks
+        # Locked before the value file is touched: emptying it under another store's map
+        # would kill that process (SIGBUS) and lose its table.
+        fd = _lock_store(path)
+        self._release = weakref.finalize(self, _unlock, fd)
+        try:
+            with open(self._values_path, "wb"):
+                pass  # a new store starts empty; state comes back only from a snapshot
+            self.file_rows = 0  # rows the value file has room for
+            # Sized for the capacity hint up front: growing by doubling would copy (and for
+            # a moment hold twice) arrays of 10^8 entries. key_of_slot's pages are touched
+            # only as keys arrive.
+            self._reset(KeyIndex(capacity_hint), np.empty(int(capacity_hint), np.int64))
+        except BaseException:
+            self._release()
+            raise
+
+    # -- state ----------------------------------------------------------------------------
+    def _reset(self, index: KeyIndex, key_of_slot: np.ndarray) -> None:
+        """Take `index` and its keys as the table, every row in the file, the cache empty."""
+        self.index = index
+        self.key_of_slot = key_of_slot
+        # -1: the row is in the file; int32, as cache lines number far below 2^31
+        self.line_of_slot = np.full(len(key_of_slot), -1, np.int32)
         self._mapped_base = None  # resident file-page bytes after the last release
         n = min(self.cache_lines, 1024)
         self._cache = np.zeros((n, self.storage_dim), np.float32)
@@ -143,15 +279,29 @@ class EmbeddingStore:
     def _ensure_file(self, rows: int) -> None:
         if rows <= self.file_rows:
             return
-        grow = 2 * self.file_rows
-        if rows <= self.capacity_hint < grow:
-            grow = self.capacity_hint  # the expected size: no doubling past it
+        if rows <= self.capacity_hint:  # toward the expected size by doubling, not past it
+            grow = min(2 * self.file_rows, self.capacity_hint)
+        else:  # past it, or no hint: every block is reserved, so at most 1/4 more than held
+            grow = self.file_rows + self.file_rows // 4
         new_rows = max(rows, grow, 1024)
         groups = -(-new_rows // self.rows_per_block)
         nbytes = groups * self.block_span * self.block_floats * 4
-        self._close_file()
         with open(self._values_path, "r+b") as f:
-            f.truncate(nbytes)  # sparse: blocks take disk space when first written
+            old = os.fstat(f.fileno()).st_size  # file_rows' blocks, all reserved
+            try:
+                if hasattr(os, "posix_fallocate"):
+                    # Reserved, not sparse: a write through the map into a hole the disk
+                    # has no block for is a SIGBUS; this is an OSError here and now.
+                    os.posix_fallocate(f.fileno(), old, nbytes - old)
+                else:  # pragma: no cover - not POSIX
+                    f.truncate(nbytes)
+            except OSError as e:
+                f.truncate(old)  # what a failed reservation extended; the old map stays
+                raise _named(e, f"one_embedding: store {self.path!r} cannot grow its value "
+                                f"file to {nbytes} bytes ({groups * self.rows_per_block} "
+                                "rows)") from e
+        # The old map's dirty pages are the file's page cache (a shared map): no flush
+        self._mm = self._rows2d = None
         self._mm = np.memmap(self._values_path, np.float32, "r+", shape=(nbytes // 4,))
         self.file_rows = groups * self.rows_per_block
         if self.rows_per_block * self.storage_dim == self.block_floats:
@@ -277,6 +427,7 @@ class EmbeddingStore:
                                "never looked up on this rank")
             new = np.zeros(len(keys), bool)
         else:
+            self._reserve(len(keys))
             slots, new = self.index.insert(keys)
         n_slots = self.index.size
         if new.any():
@@ -308,6 +459,12 @@ class EmbeddingStore:
                 self._line_dirty[got[fresh]] = True
         return lines
 
+    def _reserve(self, n: int) -> None:
+        """Room in the value file for n more keys, before any is inserted: a full disk then
+        fails the lookup with nothing changed, not a later write-back through the map."""
+        if self.index.size + n > self.file_rows:
+            self._ensure_file(self.index.size + n)
+
     def _initial_rows(self, keys: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
         rows = np.zeros((len(keys), self.storage_dim), np.float32)
         for t, columns in enumerate(self.columns):  # a loop over tables, not keys
@@ -328,6 +485,7 @@ class EmbeddingStore:
     def lookup(self, keys: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
         """Embeddings (n, embedding_dim) of distinct `keys`, new keys initialised."""
         out = np.empty((len(keys), self.embedding_dim), np.float32)
+        self._reserve(len(keys))  # for the whole batch: cut in pieces, it fails whole
         for c in self._chunks(len(keys)):
             lines = self.lines(keys[c], table_ids[c])  # first: it may grow the cache
             out[c] = self._cache[lines, : self.embedding_dim]
@@ -372,103 +530,144 @@ class EmbeddingStore:
 
     def _header(self, extra: dict) -> dict:
         return {"embedding_dim": self.embedding_dim, "storage_dim": self.storage_dim,
-                "num_keys": self.num_keys, "step": self.step, "seed": self.seed, **extra}
+                "dtype": "float32", "num_keys": self.num_keys, "step": self.step,
+                "seed": self.seed, **extra}
 
     def save_snapshot(self, name: str, extra: dict | None = None) -> None:
         path = self._snapshot_path(name)
         self.flush()
         header = json.dumps(self._header(extra or {})).encode()
-        tmp = os.path.join(os.path.dirname(path), f".{name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                crc = 0
+        n = self.num_keys
 
-                def put(data: bytes) -> None:
-                    nonlocal crc
-                    crc = zlib.crc32(data, crc)
-                    f.write(data)
+        def write(f) -> None:
+            crc = 0
 
-                put(_MAGIC)
-                put(np.uint64(len(header)).tobytes())
-                put(header)
-                n = self.num_keys
-                put(self.key_of_slot[:n].tobytes())
-                for start in range(0, n, _CHUNK_ROWS):
-                    slots = np.arange(start, min(n, start + _CHUNK_ROWS), dtype=np.int64)
-                    self._write_snapshot_chunk(put, self._read_file(slots))
-                f.write(np.uint32(crc).tobytes())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)  # atomic: readers see the old file or the new one
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
-        dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+            def put(data: bytes) -> None:
+                nonlocal crc
+                crc = zlib.crc32(data, crc)
+                f.write(data)
+
+            put(_MAGIC)
+            put(np.uint64(len(header)).tobytes())
+            put(header)
+            put(self.key_of_slot[:n].tobytes())
+            for start in range(0, n, _CHUNK_ROWS):
+                slots = np.arange(start, min(n, start + _CHUNK_ROWS), dtype=np.int64)
+                self._write_snapshot_chunk(put, self._read_file(slots))
+            f.write(np.uint32(crc).tobytes())
+
+        _remove_old_temps(os.path.dirname(path), name)
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            # flow.save's writer: a temporary file named by pid and process start time
+            # (the next save removes it if its process died mid-write), fsync, rename over
+            # the old snapshot (readers see the old file or the new one), fsync the folder.
+            _ser._atomic_write(path, write)
+        except OSError as e:
+            raise _named(e, f"one_embedding: store {self.path!r} could not save snapshot "
+                            f"{name!r}") from e
 
     def _write_snapshot_chunk(self, put, rows: np.ndarray) -> None:
         put(np.ascontiguousarray(rows, np.float32).tobytes())
 
-    def load_snapshot(self, name: str) -> dict:
-        """Replace this store's state by snapshot `name`; returns its header. The whole file
-        is checked (length, CRC32) before anything is replaced."""
+    def check_snapshot(self, name: str) -> _Checked:
+        """Check snapshot `name` whole against this store, changing no row: magic, header,
+        dtype, length, CRC32, dims, distinct keys (SnapshotError saying which failed), and
+        room for its rows in the value file (OSError: ENOSPC). Returns what `replace` needs
+        (close it when not replacing)."""
         path = self._snapshot_path(name)
-        if not os.path.exists(path):
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
             raise SnapshotError(f"one_embedding: no snapshot named {name!r} in "
-                                f"{os.path.dirname(path)}")
+                                f"{os.path.dirname(path)}") from None
+        try:
+            return self._check(path, f)
+        except BaseException:
+            f.close()
+            raise
 
+    def _check(self, path: str, f) -> _Checked:
         def corrupt(why: str) -> SnapshotError:
             return SnapshotError(f"one_embedding: snapshot {path!r} is corrupt ({why})")
 
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            if size < len(_MAGIC) + 12 or f.read(len(_MAGIC)) != _MAGIC:
-                raise corrupt("not a one-embedding snapshot: bad magic or too short")
-            hlen = int(np.frombuffer(f.read(8), np.uint64)[0])
-            if hlen > size:
-                raise corrupt("truncated header")
-            try:
-                header = json.loads(f.read(hlen))
-                n, dim = int(header["num_keys"]), int(header["storage_dim"])
-            except (ValueError, KeyError, TypeError):
-                raise corrupt("unreadable header") from None
-            body = len(_MAGIC) + 8 + hlen + 8 * n + 4 * n * dim
-            if size != body + 4:
-                raise corrupt(f"{size} bytes, expected {body + 4}: truncated or extended")
-            f.seek(0)
-            crc, left = 0, body
-            while left:
-                data = f.read(min(left, 1 << 24))
-                crc = zlib.crc32(data, crc)
-                left -= len(data)
-            if int(np.frombuffer(f.read(4), np.uint32)[0]) != crc:
-                raise corrupt("checksum mismatch")
-            if dim != self.storage_dim or header["embedding_dim"] != self.embedding_dim:
-                raise SnapshotError(
-                    f"one_embedding: snapshot {path!r} holds rows of embedding_dim "
-                    f"{header['embedding_dim']} and storage_dim {dim}; this embedding has "
-                    f"{self.embedding_dim} and {self.storage_dim}")
-            f.seek(len(_MAGIC) + 8 + hlen)
-            keys = np.frombuffer(f.read(8 * n), np.int64).copy()
-            self._close_file()
-            self._reset(n)
-            slots, _ = self.index.insert(keys)
-            if not np.array_equal(slots, np.arange(n)):
-                self._reset()
-                raise corrupt("repeated keys")
-            self.key_of_slot = keys
-            self.line_of_slot = np.full(n, -1, np.int32)
+        size = os.fstat(f.fileno()).st_size
+        if size < len(_MAGIC) + 12 or f.read(len(_MAGIC)) != _MAGIC:
+            raise corrupt("not a one-embedding snapshot: bad magic or too short")
+        hlen = int(np.frombuffer(f.read(8), np.uint64)[0])
+        if hlen > size:
+            raise corrupt("truncated header")
+        try:
+            header = json.loads(f.read(hlen))
+            n, dim = int(header["num_keys"]), int(header["storage_dim"])
+            edim = int(header["embedding_dim"])
+            header["step"], header["seed"] = int(header["step"]), int(header["seed"])
+            dtype = header.get("dtype", "float32")  # snapshots before the field: float32
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise corrupt("unreadable header") from None
+        if n < 0 or dim < 1:
+            raise corrupt(f"num_keys {n}, storage_dim {dim}")
+        if dtype != "float32":
+            raise SnapshotError(f"one_embedding: snapshot {path!r} holds rows of dtype "
+                                f"{dtype!r}; this embedding stores float32")
+        offset = len(_MAGIC) + 8 + hlen
+        body = offset + 8 * n + 4 * n * dim
+        if size != body + 4:
+            raise corrupt(f"{size} bytes, expected {body + 4}: truncated or extended")
+        f.seek(0)
+        crc, left = 0, body
+        while left:
+            data = f.read(min(left, 1 << 24))
+            crc = zlib.crc32(data, crc)
+            left -= len(data)
+        if int(np.frombuffer(f.read(4), np.uint32)[0]) != crc:
+            raise corrupt("checksum mismatch")
+        if dim != self.storage_dim or edim != self.embedding_dim:
+            raise SnapshotError(
+                f"one_embedding: snapshot {path!r} holds rows of embedding_dim {edim} and "
+                f"storage_dim {dim}; this embedding has {self.embedding_dim} and "
+                f"{self.storage_dim}")
+        f.seek(offset)
+        keys = np.frombuffer(f.read(8 * n), np.int64).copy()
+        index = KeyIndex(n)  # built beside the live one, which stays until replace
+        slots, _ = index.insert(keys)
+        if not np.array_equal(slots, np.arange(n)):
+            raise corrupt("repeated keys")
+        # Room for its rows too (growing the value file changes no row): a full disk is
+        # one more reason to refuse, found before anything is replaced, on every rank
+        self._ensure_file(n)
+        return _Checked(path, f, header, offset + 8 * n, keys, index)
+
+    def replace(self, checked: _Checked) -> dict:
+        """Make a checked snapshot this store's state; returns its header."""
+        n, dim = len(checked.keys), self.storage_dim
+        self._ensure_file(n)  # reserved by the check already
+        self._reset(checked.index, checked.keys)  # the cache's rows are the old table's
+        try:
+            checked.f.seek(checked.offset)
             for start in range(0, n, _CHUNK_ROWS):
                 m = min(n, start + _CHUNK_ROWS) - start
-                rows = np.frombuffer(f.read(4 * m * dim), np.float32).reshape(m, dim)
+                rows = np.frombuffer(checked.f.read(4 * m * dim), np.float32).reshape(m, dim)
                 self._write_file(np.arange(start, start + m, dtype=np.int64), rows)
-        self.step = int(header["step"])
-        self.seed = int(header["seed"])
-        return header
+        except BaseException:
+            # The old rows are overwritten already: an empty table, not a half-loaded one
+            self._reset(KeyIndex(0), np.empty(0, np.int64))
+            self.step = 0
+            raise
+        self.step = checked.header["step"]
+        self.seed = checked.header["seed"]
+        return checked.header
+
+    def load_snapshot(self, name: str) -> dict:
+        """Replace this store's state by snapshot `name`; returns its header. The whole file
+        is checked (check_snapshot) before anything is replaced."""
+        checked = self.check_snapshot(name)
+        try:
+            return self.replace(checked)
+        finally:
+            checked.close()
 
     def close(self) -> None:
+        """Unmap the value file and unlock: the directory may be opened by another store
+        (the value file is scratch: the next store empties it; state lives in snapshots)."""
         self._close_file()
+        self._release()
