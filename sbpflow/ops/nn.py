@@ -504,6 +504,8 @@ def _softmax_kernel(prim_name):
             y = ctx.prims.softmax_rows(x, log)
             if y is not None:
                 return _finish(ctx, y)
+        if 0 in xm.shape:  # NumPy's max over an empty axis has no identity; the result is empty
+            return ctx.prims.full(xm.shape, ctx.out_metas[0].dtype, 0)
         return _finish(ctx, getattr(ctx.prims, prim_name)(x, axis))
 
     return kernel

@@ -576,7 +576,15 @@ for _kind in ("max", "min"):
 def _amax_meta(name):
     def meta(x, dim=(), keepdim=False):
         dims = _reduce_dims(name, dim, x.ndim)
-        _require_nonempty(name, x, dims)
+        if x.numel == 0:
+            given = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+            if not given:
+                raise op_error(name, "Expected reduction dim to be specified for input.numel() "
+                               "== 0. Specify the reduction dim with the 'dim' argument.")
+            for d in given:  # torch names the dim as given, -1 say
+                if x.shape[d % x.ndim] == 0:
+                    raise op_error(name, f"Expected reduction dim {d} to have non-zero size.",
+                                   IndexError)
         return TensorMeta(_reduced_shape(x.shape, dims, keepdim), x.dtype)
 
     return meta
@@ -787,8 +795,15 @@ def _norm_meta(x, ord=2.0, dim=None, keepdim=False, dtype=None):
                        f"{_TORCH_TYPE[dtype.name]}")
     dims = _reduce_dims(name, dim, x.ndim)
     if ord in (math.inf, -math.inf) and any(x.shape[d] == 0 for d in dims):
-        raise op_error(name, f"cannot compute the {'-' if ord < 0 else ''}inf norm on an "
-                       "empty tensor because the operation does not have an identity")
+        sign = "-" if ord < 0 else ""
+        given = () if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+        if not given:
+            raise op_error(name, f"cannot compute the {sign}inf norm on an empty tensor "
+                           "because the operation does not have an identity")
+        empty = next(d for d in given if x.shape[d % x.ndim] == 0)  # as given, as torch
+        raise op_error(name, f"cannot compute the {sign}inf norm on the dimension {empty} "
+                       "because this dimension is empty and the operation does not have an "
+                       "identity")
     return TensorMeta(_reduced_shape(x.shape, dims, keepdim), dtype or x.dtype)
 
 
@@ -1173,6 +1188,12 @@ register(OpDef(
 def _median_full_kernel(ctx, x):
     """The lower median of all elements (NaN if any element is NaN, as in torch)."""
     n = ctx.in_metas[0].numel
+    if n == 0:
+        # torch: NaN, cast to the dtype as C casts it (int64's min for int64, True for bool),
+        # which is what NumPy's cast of a float32 NaN gives
+        nan = ctx.prims.full((), dt.float32, math.nan)
+        return _finish(ctx, nan if ctx.in_metas[0].dtype is dt.float32
+                       else ctx.prims.cast(nan, ctx.in_metas[0].dtype))
     flat = ctx.prims.reshape(ctx.prims.contiguous(x), (n,))
     values, _ = ctx.prims.median(flat, 0)
     return _finish(ctx, values)
@@ -1212,7 +1233,7 @@ def _median_samples(rng, with_dim):
 register(OpDef(
     "median",
     inputs=("input",),
-    infer_meta=_full_extreme_meta("median"),
+    infer_meta=lambda x: TensorMeta((), x.dtype),  # unlike max: an empty input gives NaN
     kernel=_median_full_kernel,
     grad=_full_extreme_grad,
     saves=("input", "out"),

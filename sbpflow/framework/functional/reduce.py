@@ -305,6 +305,14 @@ def _no_grad():
 
 
 def aminmax(input, *, dim=None, keepdim=False):
+    # torch's own messages (not amin's) for what has no identity
+    if dim is None:
+        if input.numel() == 0:
+            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as "
+                               "the operation has no identity.")
+    elif input.ndim and input.shape[_dim("aminmax", dim, input.ndim)] == 0:
+        raise IndexError(f"aminmax(): Expected reduction dim {_dim('aminmax', dim, input.ndim)}"
+                         " to have non-zero size.")
     d = () if dim is None else dim
     return _aminmax_result(amin(input, d, keepdim), amax(input, d, keepdim))
 
@@ -333,9 +341,8 @@ def nanmedian(input, dim=None, keepdim=False):
         if keepdim:
             raise TypeError("nanmedian(): keepdim needs an explicit dim")
         flat = input.reshape(-1)
-        if flat.numel() == 0:  # torch: NaN
-            return _op("full", shape=(), fill_value=math.nan, dtype=input.dtype,
-                       _device=input._where())
+        if flat.numel() == 0:  # torch: NaN (cast to the dtype), with a gradient as median's
+            return call("median", input)
         return nanmedian(flat, 0)[0].reshape(())
     if input.ndim == 0:
         _dim("nanmedian", dim, 0)
@@ -372,6 +379,8 @@ def kthvalue(input, k, dim=-1, keepdim=False):
     """The k-th smallest element along dim and its index."""
     d = _dim("kthvalue", dim, input.ndim)
     n = input.shape[d] if input.ndim else 1
+    if n == 0:  # before k's range, as torch
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
     if input.ndim == 0:
