@@ -40,6 +40,9 @@ class _RemovableHandle:
 
 class Module:
     training: bool
+    # torch's state-dict format version of this class, recorded in state_dict()._metadata;
+    # a class that changes what it saves bumps it and upgrades older dicts on load
+    _version: int = 1
 
     def __init__(self, *args, **kwargs):
         object.__setattr__(self, "training", True)
@@ -398,6 +401,10 @@ class Module:
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
         if destination is None:
             destination = OrderedDict()
+            destination._metadata = OrderedDict()
+        metadata = getattr(destination, "_metadata", None)
+        if metadata is not None:  # as torch: {module prefix: {"version": class's version}}
+            metadata[prefix[:-1]] = {"version": self._version}
         for name, p in self._parameters.items():
             if p is not None:
                 destination[prefix + name] = p if keep_vars else p.detach()
@@ -413,8 +420,12 @@ class Module:
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         missing, unexpected, errors = [], [], []
         expected = set()
+        metadata = getattr(state_dict, "_metadata", None)
+        state_dict = OrderedDict(state_dict)  # upgrades below must not change the caller's
         for mod_prefix, m in self.named_modules():
             pre = mod_prefix + "." if mod_prefix else ""
+            m._upgrade_state_dict(state_dict, pre,
+                                  {} if metadata is None else metadata.get(mod_prefix, {}))
             local = [(n, p) for n, p in m._parameters.items() if p is not None] + [
                 (n, b) for n, b in m._buffers.items()
                 if b is not None and n not in m._non_persistent_buffers
@@ -454,6 +465,11 @@ class Module:
                 + "\n\t".join(errors)
             )
         return _IncompatibleKeysRepr(missing, unexpected)
+
+    def _upgrade_state_dict(self, state_dict, prefix: str, local_metadata: dict) -> None:
+        """Bring an older version's entries (local_metadata["version"], absent for a dict
+        without torch's metadata) to this class's format, in place: the part of torch's
+        `_load_from_state_dict` that classes override."""
 
     # -- printing ---------------------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -22,6 +22,8 @@ __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "InstanceNo
 class _NormBase(Module):
     """Per-channel affine parameters and running statistics (torch's _NormBase)."""
 
+    _version = 2  # version 2 added num_batches_tracked, as torch's
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, device=None,
                  dtype=None, *, bias: bool = True):
@@ -47,6 +49,16 @@ class _NormBase(Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
+
+    def _upgrade_state_dict(self, state_dict, prefix: str, local_metadata: dict) -> None:
+        # torch: a dict older than version 2, or without version metadata (a plain dict, one
+        # read back from a file), may lack num_batches_tracked; the module keeps its own count
+        version = local_metadata.get("version")
+        key = prefix + "num_batches_tracked"
+        if (version is None or version < 2) and self.track_running_stats and \
+                key not in state_dict:
+            count = self.num_batches_tracked
+            state_dict[key] = count if count is not None else creation.tensor(0)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
