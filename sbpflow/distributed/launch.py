@@ -89,18 +89,38 @@ def venv_mpiexec() -> str:
 
 
 def read_hostfile(path: str) -> list[str]:
+    """The machines of a hydra hostfile, in order: `host[:slots]` per line (later words on
+    the line are hydra's options), `#` comments and blank lines skipped. A line hydra would
+    misread, or refuse only after ssh to every machine, is refused here, naming it."""
     hosts = []
     try:
         with open(path) as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 entry = line.split("#", 1)[0].strip()
                 if entry:
-                    hosts.append(entry.split()[0].split(":")[0])
+                    hosts.append(_hostfile_host(path, number, line, entry.split()[0]))
     except OSError as exc:
         raise SystemExit(f"sbpflow.distributed.launch: cannot read hostfile: {exc}") from None
     if not hosts:
         raise SystemExit(f"sbpflow.distributed.launch: hostfile {path} lists no machines")
     return hosts
+
+
+def _hostfile_host(path: str, number: int, line: str, word: str) -> str:
+    host, sep, slots = word.partition(":")
+    problem = None
+    if not host:
+        problem = "the host name is empty"
+    elif sep and not slots:
+        problem = "the slot count after ':' is empty"
+    elif ":" in slots:
+        problem = "more than one ':' (expected host or host:slots)"
+    elif sep and not (slots.isascii() and slots.isdigit() and int(slots) > 0):
+        problem = f"the slot count {slots!r} is not a positive integer"
+    if problem is not None:
+        raise SystemExit(f"sbpflow.distributed.launch: hostfile {path}, line {number}: "
+                         f"{line.rstrip(chr(10))!r}: {problem} (each line is host[:slots])")
+    return host
 
 
 @dataclasses.dataclass
@@ -357,7 +377,8 @@ def describe_failures(statuses: list[int], culprit: int | None = None) -> list[s
     for how, ranks in stopped.items():
         names = ", ".join(map(str, ranks))
         lines.append(f"rank{'s' if len(ranks) > 1 else ''} {names} "
-                     f"{'were' if len(ranks) > 1 else 'was'} stopped because of it ({how[4:]})")
+                     f"{'were' if len(ranks) > 1 else 'was'} stopped because of it "
+                     f"({how.removeprefix('was ')})")
     return lines
 
 
