@@ -91,7 +91,9 @@ def test_ddp_rank_skipping_one_steps_reduction_is_caught():
 def test_ranks_doing_different_local_work_between_collectives_run_to_the_end(full):
     # Backward passes, optimizer steps, evaluation and gradients through a DDP model's bare
     # module on one rank only, between the same collectives (flow.comm, torch.distributed,
-    # DDP wrapped after rank 0 trained alone, as benchmarks/ddp.py does, boxing): correct.
+    # DDP wrapped after rank 0 trained alone, as benchmarks/ddp.py does, boxing): correct. So
+    # is a DDP branch used on one rank only (find_unused_parameters): that rank's all-reduce
+    # of the branch is issued at forward, the other's during backward, for the same pass.
     job = run_job(mpiexec_cmd(2, script("divergence.py"), "local_work_ok"), timeout=120,
                   env={"SBPFLOW_CHECK_GLOBAL": full})
     assert job.returncode == 0, job.output

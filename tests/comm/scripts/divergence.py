@@ -122,8 +122,29 @@ elif mode == "local_work_ok":
             m(flow.randn(3, 4)).square().sum().backward()
             opt.step()
 
+    class Branchy(flow.nn.Module):  # branch b is used on rank 1 only
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = flow.nn.Linear(4, 2), flow.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.a(x) + self.b(x) if rank == 1 else self.a(x)
+
     flow.manual_seed(rank)
     local_training(5 if rank == 0 else 0)  # as benchmarks/ddp.py: rank 0 trains alone first
+    # One all-reduce per parameter, b's first: rank 0 (b unused) issues b's at forward, rank 1
+    # during backward; both are the reduction of the same backward pass through the model.
+    flow.manual_seed(0)
+    branchy = flow.nn.parallel.DistributedDataParallel(
+        Branchy(), find_unused_parameters=True, use_bucket=False)
+    opt = flow.optim.SGD(branchy.parameters(), lr=0.1)
+    for _ in range(10):  # within the first 64 calls: every one compared
+        opt.zero_grad()
+        branchy(flow.ones(3, 4) * (rank + 1)).sum().backward()
+        opt.step()
+    weight = branchy.module.b.weight.detach().clone()
+    flow.comm.broadcast(weight, 0)
+    assert np.array_equal(weight.numpy(), branchy.module.b.weight.detach().numpy())
     t = flow.ones(3)
     for step in range(70):  # past the 64 calls that are all compared: sampled calls too
         local_training(step % 3 if rank == 0 else 2 * (step % 2))
