@@ -1,7 +1,13 @@
-"""Shared benchmark helpers: thread pinning and a robust timer.
+"""Shared benchmark helpers: thread pinning, a robust timer, and the smoke switch.
 
 Threads are pinned before NumPy or torch load: set the environment variables first, then
 import.  Every benchmark prints the thread count it used.
+
+Smoke runs: `--smoke` on any benchmark's command line (or SBPFLOW_BENCH_SMOKE=1) runs it with
+its smallest settings (tiny sizes, one round, a few calls), to check that it runs to the end
+and prints its table, not to measure anything. Each benchmark picks its smoke settings with
+`smoke(normal, small)`; options given explicitly still win. The flag travels to the ranks of
+a multi-rank benchmark as the environment variable (mpiexec passes the environment on).
 """
 
 from __future__ import annotations
@@ -11,6 +17,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+SMOKE_ENV = "SBPFLOW_BENCH_SMOKE"
+# Taken off the command line here, before any benchmark's argparse sees it, so that every
+# benchmark accepts it without an option of its own.
+if "--smoke" in sys.argv[1:]:
+    sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if a != "--smoke"]
+    os.environ[SMOKE_ENV] = "1"
+SMOKE = os.environ.get(SMOKE_ENV, "").strip() not in ("", "0")
+
+
+def smoke(normal, small):
+    """`small` in a smoke run, else `normal`: a benchmark's setting (a default, a size)."""
+    return small if SMOKE else normal
 
 
 def pin_threads(n: int = 1) -> int:
@@ -40,6 +59,7 @@ def time_us(fn, min_time: float = 0.2, repeats: int = 5, sync=None) -> float:
 
     `sync` (e.g. sbpflow.synchronize) ends every timed run, so asynchronous work counts."""
     sync = sync or (lambda: None)
+    repeats = smoke(repeats, 1)
     fn()
     sync()
     n = 1

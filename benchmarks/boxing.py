@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads, run_under_mpiexec  # noqa: E402
+from _common import after_import_pin, pin_threads, run_under_mpiexec, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--rounds", type=int, default=9)
+parser.add_argument("--rounds", type=int, default=smoke(9, 1))
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 
@@ -59,12 +59,12 @@ rank, size = raw.Get_rank(), raw.Get_size()
 if size != 2:
     raise SystemExit(f"boxing.py runs on 2 ranks, got {size}")
 prims = primitives("cpu")
-SIZES = {"1 MB": 1 << 20, "64 MB": 64 << 20}
+SIZES = smoke({"1 MB": 1 << 20, "64 MB": 64 << 20}, {"64 KB": 64 << 10})
 F = MPI.FLOAT
 
 
 def iterations(nbytes: int) -> int:
-    return max(3, min(2000, (1 << 30) // (nbytes * 16)))
+    return smoke(max(3, min(2000, (1 << 30) // (nbytes * 16))), 2)
 
 
 def loop_seconds(fn, n: int) -> float:

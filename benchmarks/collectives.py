@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads, run_under_mpiexec  # noqa: E402
+from _common import after_import_pin, pin_threads, run_under_mpiexec, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--rounds", type=int, default=9)
+parser.add_argument("--rounds", type=int, default=smoke(9, 1))
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 
@@ -48,11 +48,11 @@ world = comm.world()
 raw = MPI.COMM_WORLD
 rank, size = raw.Get_rank(), raw.Get_size()
 
-SIZES = {"4 KB": 4 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}
+SIZES = smoke({"4 KB": 4 << 10, "1 MB": 1 << 20, "64 MB": 64 << 20}, {"4 KB": 4 << 10})
 
 
 def iterations(nbytes: int) -> int:
-    return max(3, min(2000, (1 << 30) // (nbytes * 16)))
+    return smoke(max(3, min(2000, (1 << 30) // (nbytes * 16))), 2)
 
 
 def loop_seconds(fn, n: int) -> float:
@@ -128,12 +128,12 @@ def self_overhead() -> list[tuple[str, float, float]]:
     }
     result = []
     for name, (ours, theirs) in pairs.items():
-        best = [min(timeit(fn) for _ in range(5)) for fn in (ours, theirs)]
+        best = [min(timeit(fn) for _ in range(smoke(5, 1))) for fn in (ours, theirs)]
         result.append((name, *best))
     return result
 
 
-def timeit(fn, n: int = 5000) -> float:
+def timeit(fn, n: int = smoke(5000, 20)) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
         fn()

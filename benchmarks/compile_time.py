@@ -35,14 +35,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--sizes", default="4,8,16,32,64,128,228")
+parser.add_argument("--sizes", default=smoke("4,8,16,32,64,128,228", "2,4"))
 parser.add_argument("--passes", action="store_true", help="a column per pass")
 parser.add_argument("--cold", action="store_true", help="an empty numba cache for this run")
-parser.add_argument("--repeats", type=int, default=3,
+parser.add_argument("--repeats", type=int, default=smoke(3, 1),
                     help="fresh graphs per size; each time is the least over them")
 args = parser.parse_args()
 threads = pin_threads(args.threads)

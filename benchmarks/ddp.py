@@ -35,14 +35,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--steps", type=int, default=5, help="timed steps per row and round")
-parser.add_argument("--rounds", type=int, default=6)
-parser.add_argument("--warmup", type=int, default=5)
+parser.add_argument("--steps", type=int, default=smoke(5, 1),
+                    help="timed steps per row and round")
+parser.add_argument("--rounds", type=int, default=smoke(6, 1))
+parser.add_argument("--warmup", type=int, default=smoke(5, 1))
 parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole run")
 args = parser.parse_args()
 threads = pin_threads(args.threads)

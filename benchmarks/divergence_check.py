@@ -33,12 +33,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads, run_under_mpiexec  # noqa: E402
+from _common import after_import_pin, pin_threads, run_under_mpiexec, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ranks", type=int, default=2)
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--rounds", type=int, default=9)
+parser.add_argument("--rounds", type=int, default=smoke(9, 1))
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 
@@ -85,7 +85,7 @@ def measure(fn, n: int) -> dict:
     """Median seconds per call under each setting, and the median per-round ratio to off."""
     for setting in SETTINGS.values():  # warm up under each (caches, first-call checks)
         setting()
-        for _ in range(100):
+        for _ in range(smoke(100, 2)):
             fn()
     times = {name: [] for name in SETTINGS}
     names = list(SETTINGS)
@@ -128,8 +128,8 @@ def solo_cases():
     yield "all_reduce 8 B on COMM_SELF", (lambda: solo.all_reduce(x)), 5000
 
 
-rows = [(name, measure(fn, n)) for name, fn, n in cases()]
-rows += [(name, measure(fn, n)) for name, fn, n in solo_cases()]
+rows = [(name, measure(fn, smoke(n, 3))) for name, fn, n in cases()]
+rows += [(name, measure(fn, smoke(n, 3))) for name, fn, n in solo_cases()]
 if rank == 0:
     print(f"divergence check overhead: {size} ranks, {threads} BLAS/OpenMP thread(s), "
           f"{args.rounds} rounds; median µs per call, and the ratio to the check off")

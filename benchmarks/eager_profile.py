@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--n", type=int, default=20000)
+parser.add_argument("--n", type=int, default=smoke(20000, 20))
 args = parser.parse_args()
 threads = pin_threads(1)
 
@@ -77,7 +77,7 @@ def cases():
         ("add 2x2", lambda: a2 + b2, n),
         ("relu 64x64", lambda: x64.relu(), n),
         ("sum 64x64", lambda: x64.sum(), n),
-        ("MLP train step", step, max(n // 100, 20)),
+        ("MLP train step", step, max(n // 100, smoke(20, 2))),
     ]
 
 

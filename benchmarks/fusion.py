@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads, time_us  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke, time_us  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--min-time", type=float, default=0.3)
+parser.add_argument("--min-time", type=float, default=smoke(0.3, 0.005))
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 

@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--min-time", type=float, default=0.2)
-parser.add_argument("--repeats", type=int, default=5)
+parser.add_argument("--min-time", type=float, default=smoke(0.2, 0.005))
+parser.add_argument("--repeats", type=int, default=smoke(5, 1))
 parser.add_argument("--profile", type=int, default=0, help="cProfile N global add 2x2 calls")
 parser.add_argument("--no-dtensor", action="store_true", help="skip the torch DTensor column")
 args = parser.parse_args()

@@ -40,13 +40,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads, run_under_mpiexec  # noqa: E402
+from _common import after_import_pin, pin_threads, run_under_mpiexec, smoke  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--keys", type=lambda x: int(float(x)), default=10**6)
+parser.add_argument("--keys", type=lambda x: int(float(x)), default=smoke(10**6, 10**4))
 parser.add_argument("--dim", type=int, default=16)
-parser.add_argument("--batch", type=int, default=16384)
-parser.add_argument("--steps", type=int, default=20)
+parser.add_argument("--batch", type=int, default=smoke(16384, 256))
+parser.add_argument("--steps", type=int, default=smoke(20, 2))
 parser.add_argument("--ranks", type=int, default=1)
 parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--cache-mb", type=float, default=None,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke  # noqa: E402
 
 threads = pin_threads(1)
 
@@ -26,6 +26,7 @@ import torch  # noqa: E402
 import sbpflow as flow  # noqa: E402
 
 after_import_pin(threads)
+WARMUP, RUNS, STEPS = smoke((20, 7, 50), (1, 1, 2))  # steps before timing, timed runs of steps
 
 CASES = [
     ("SGD momentum", "SGD", dict(lr=0.01, momentum=0.9)),
@@ -55,16 +56,16 @@ def _params(lib):
 
 def _time(lib, name, kw, foreach, sync):
     opt = getattr(lib.optim, name)(_params(lib), foreach=foreach, **kw)
-    for _ in range(20):
+    for _ in range(WARMUP):
         opt.step()
     sync()
     runs = []
-    for _ in range(7):
+    for _ in range(RUNS):
         t = time.perf_counter()
-        for _ in range(50):
+        for _ in range(STEPS):
             opt.step()
         sync()
-        runs.append((time.perf_counter() - t) / 50 * 1e6)
+        runs.append((time.perf_counter() - t) / STEPS * 1e6)
     return statistics.median(runs)
 
 

@@ -19,12 +19,14 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import after_import_pin, pin_threads, time_us  # noqa: E402
+from _common import after_import_pin, pin_threads, smoke, time_us  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--threads", type=int, default=1)
-parser.add_argument("--min-time", type=float, default=1.0)
-parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+parser.add_argument("--min-time", type=float, default=smoke(1.0, 0.005))
+# A smoke run skips torch.compile: its compile of the three steps takes minutes.
+parser.add_argument("--no-compile", action="store_true", default=smoke(False, True),
+                    help="skip torch.compile")
 args = parser.parse_args()
 threads = pin_threads(args.threads)
 
