@@ -40,8 +40,11 @@ tensor bytes never go through pickle.  State-dict-like objects keep the pure tre
 `load` defaults to `weights_only=True` (torch >= 2.6): the stream is read by a restricted
 unpickler that resolves only allowlisted globals (containers, primitives, dtypes, devices,
 `sbpflow.Size`, and what `sbpflow.serialization.add_safe_globals` adds) and our own persistent
-ids, and refuses anything else with `pickle.UnpicklingError` before any of it runs.
+ids, and refuses anything else with `pickle.UnpicklingError` before any of it runs. What the
+stream's calls of allowlisted constructors may build is bounded by the stream's size (see
+`_WeightsUnpickler`), so a small file cannot make `load` allocate much more than its size.
 `weights_only=False` is the explicit opt-in to a full unpickle (only for trusted files).
+A torch checkpoint (zip or legacy pickle) is refused with a message saying how to convert it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ import pickle
 import secrets
 import socket
 import stat
+import struct
 import threading
 import zlib
 from collections import Counter, OrderedDict
@@ -670,9 +674,15 @@ def _read_container(fh, size: int | None) -> tuple[dict, dict[str, np.ndarray]]:
         data = fh.read()
         fh, size = io.BytesIO(data), len(data)
     head = fh.read(8)
+    n = int.from_bytes(head, "little")
+    if len(head) < 8 or n > _MAX_HEADER or 8 + n > size:
+        # not a safetensors length: perhaps another library's checkpoint (a plausible length
+        # is never second-guessed, whatever its bytes look like)
+        foreign = _foreign_format(head)
+        if foreign is not None:
+            raise _Corrupt(foreign)
     if len(head) < 8:
         raise _Corrupt(f"truncated: {len(head)} bytes, shorter than the 8-byte header length")
-    n = int.from_bytes(head, "little")
     if n > _MAX_HEADER:
         raise _Corrupt(f"header length field says {n} bytes, more than the {_MAX_HEADER} limit")
     if 8 + n > size:
@@ -719,6 +729,26 @@ def _read_container(fh, size: int | None) -> tuple[dict, dict[str, np.ndarray]]:
             _read_into(fh, arr, key)
         arrays[key] = arr
     return header, {k: arrays[k] for k in header if k != "__metadata__"}
+
+
+_CONVERT_HINT = (
+    "Convert it with torch, where it loads: `sd = torch.load(path, map_location='cpu', "
+    "weights_only=True)`, then for a state dict of tensors `safetensors.torch.save_file("
+    "{k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')` (sbpflow.load reads "
+    "that file as the same dict), or `sbpflow.save({k: sbpflow.tensor(v.numpy()) for k, v in "
+    "sd.items()}, 'model.sbpflow')`")
+
+
+def _foreign_format(head: bytes) -> str | None:
+    """What another library's checkpoint is, from its first bytes, and how to convert it:
+    otherwise its first bytes read as an absurd safetensors header length."""
+    if head.startswith(b"PK\x03\x04"):
+        return ("it is a torch checkpoint (a zip archive, as torch.save writes), which "
+                f"sbpflow does not read: it is a pickle that could run code. {_CONVERT_HINT}")
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return ("it is a pickle file (torch.save's legacy format, or pickle.dump), which "
+                f"sbpflow does not read: it could run code. {_CONVERT_HINT}")
+    return None
 
 
 def _parse_header(data: bytes) -> dict:
@@ -818,6 +848,7 @@ class _Decoder:
         self.arrays = arrays
         self._make_tensor = make_tensor or _to_tensor
         self._tensors: dict[str, Tensor] = {}
+        self._numpy: dict[str, np.ndarray] = {}
 
     def decode(self, node, depth: int):
         if depth > _MAX_DEPTH:
@@ -864,7 +895,12 @@ class _Decoder:
         if not isinstance(name, str) or name not in self.arrays:
             raise _Corrupt(f"the structure refers to a missing tensor {_short(name)}")
         if as_numpy:
-            return self.arrays[name].copy()
+            # one copy per entry, however often the stream names it (a name repeated from a
+            # few bytes of stream must not copy the entry again each time)
+            arr = self._numpy.get(name)
+            if arr is None:
+                arr = self._numpy[name] = self.arrays[name].copy()
+            return arr
         t = self._tensors.get(name)
         if t is None:
             t = self._tensors[name] = self._make_tensor(self.arrays[name], requires_grad)
@@ -1000,31 +1036,14 @@ def _unpickle(stream: bytes, tensors: _Decoder, entry: str, weights_only: bool, 
                                          requires_grad=requires_grad)
         return p
 
-    base = pickle.Unpickler if weights_only else pickle_module.Unpickler
-
-    class TensorUnpickler(base):
-        pass
-
-    TensorUnpickler.persistent_load = staticmethod(persistent_load)
-    if weights_only:
-        def find_class(self, module, name):
-            if module == "__builtin__":  # protocol 2 writes Python 2's name for builtins
-                module = "builtins"
-            found = _resolve_safe(module, name)
-            if found is None:
-                g = f"{module}.{name}"
-                raise _weights_only_error(
-                    f"Unsupported global: GLOBAL {g} was not an allowed global by default. "
-                    f"Please use `sbpflow.serialization.add_safe_globals([{g}])` or the "
-                    f"`sbpflow.serialization.safe_globals([{g}])` context manager to allowlist "
-                    "this global if you trust this class/function."
-                )
-            return found
-
-        TensorUnpickler.find_class = find_class
-    unpickler = TensorUnpickler(io.BytesIO(stream), **load_args)
     if not weights_only:
-        return unpickler.load()
+        class TensorUnpickler(pickle_module.Unpickler):
+            pass
+
+        TensorUnpickler.persistent_load = staticmethod(persistent_load)
+        return TensorUnpickler(io.BytesIO(stream), **load_args).load()
+    unpickler = _WeightsUnpickler(stream, **load_args)
+    unpickler.persistent_load = persistent_load
     try:
         return unpickler.load()
     except _Corrupt:
@@ -1035,6 +1054,155 @@ def _unpickle(stream: bytes, tensors: _Decoder, entry: str, weights_only: bool, 
         raise _weights_only_error(f"{type(e).__name__}: {e}") from None
     except Exception as e:  # an allowlisted constructor refusing its arguments, a bad stream
         raise _weights_only_error(f"{type(e).__name__}: {e}") from None
+
+
+# What the calls in a weights-only pickle stream may build, beyond the stream's own size: the
+# README promises that loading takes about the file's size.
+_CALL_SLACK = 64 * 1024
+
+
+class _ExactReader:
+    """The stream for the pure-Python unpickler: a read past the end raises (BytesIO returns
+    what is left, never allocating more, and the unpickler would go on with short data)."""
+
+    def __init__(self, data: bytes):
+        bio = io.BytesIO(data)
+        self._read = bio.read
+        self.readline = bio.readline
+
+    def read(self, n: int = -1) -> bytes:
+        out = self._read(n)
+        if len(out) < n:
+            raise pickle.UnpicklingError(f"pickle data was truncated: {n} bytes asked for, "
+                                         f"{len(out)} left")
+        return out
+
+
+class _WeightsUnpickler(pickle._Unpickler):
+    """The restricted unpickler of weights-only loads: allowlisted globals only, and what the
+    stream's calls may build bounded by the stream's own size.
+
+    The opcodes themselves build at most a few dozen bytes per byte of stream; only calls
+    (REDUCE, NEWOBJ, OBJ, INST) of allowlisted constructors can make more from little:
+    `bytearray(2**31)` is seven bytes of stream, and a constructor applied again and again to
+    one memoised list rebuilds it each time. So every call is charged, before it runs, the
+    elements it will make (the length of each sized argument, the count given to
+    bytes/bytearray, the digits of str(int)), and the stream is refused once the charges pass
+    its length plus _CALL_SLACK. Calls whose output has no such bound (str() of a container
+    repeats every element's text) are refused, as are slice assignments through SETITEM.
+    It is the pure-Python unpickler so that each opcode can be checked: the C one also sizes
+    its memo from the stream's indexes and allocates a BYTEARRAY8's length before reading.
+    """
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, stream: bytes, **load_args):
+        super().__init__(_ExactReader(stream), **load_args)
+        self._size = len(stream)
+        self._budget = len(stream) + _CALL_SLACK
+        self._spent = 0
+
+    def find_class(self, module, name):
+        if module == "__builtin__":  # protocol 2 writes Python 2's name for builtins
+            module = "builtins"
+        found = _resolve_safe(module, name)
+        if found is None:
+            g = f"{module}.{name}"
+            raise _weights_only_error(
+                f"Unsupported global: GLOBAL {g} was not an allowed global by default. "
+                f"Please use `sbpflow.serialization.add_safe_globals([{g}])` or the "
+                f"`sbpflow.serialization.safe_globals([{g}])` context manager to allowlist "
+                "this global if you trust this class/function."
+            )
+        return found
+
+    def _charge(self, what: str, units: int) -> None:
+        self._spent += units
+        if self._spent > self._budget:
+            raise pickle.UnpicklingError(
+                f"{what} would make {units} more elements, past what a {self._size}-byte pickle "
+                f"stream may build in a weights-only load ({self._budget}: its size plus "
+                f"{_CALL_SLACK}); the file is corrupt or hostile")
+
+    def _check_call(self, func, args, kwargs=None) -> None:
+        name = getattr(func, "__name__", type(func).__name__)
+        if not isinstance(args, tuple) or (kwargs is not None and not isinstance(kwargs, dict)):
+            raise pickle.UnpicklingError(f"the arguments of {name}() are a "
+                                         f"{type(args).__name__}, not a tuple")
+        values = args + tuple(kwargs.values()) if kwargs else args
+        self._charge(f"{name}()", _call_units(func, values, name))
+
+    def load_reduce(self):
+        self._check_call(self.stack[-2], self.stack[-1])
+        super().load_reduce()
+
+    def load_newobj(self):
+        self._check_call(self.stack[-2], self.stack[-1])
+        super().load_newobj()
+
+    def load_newobj_ex(self):
+        self._check_call(self.stack[-3], self.stack[-2], self.stack[-1])
+        super().load_newobj_ex()
+
+    def _instantiate(self, klass, args):  # OBJ and INST
+        self._check_call(klass, tuple(args))
+        super()._instantiate(klass, args)
+
+    def load_bytearray8(self):
+        (n,) = struct.unpack("<Q", self.read(8))
+        self._charge("BYTEARRAY8", n)  # and only then allocate it
+        buf = bytearray(n)
+        if self.readinto(buf) != n:
+            raise pickle.UnpicklingError("pickle data was truncated in a BYTEARRAY8")
+        self.append(buf)
+
+    def _refuse_slice(self, key):
+        if type(key) is slice:  # lst[0:0] = big, again and again: unbounded from little
+            raise pickle.UnpicklingError("SETITEM with a slice key (a slice assignment) is not "
+                                         "built by a weights-only load")
+
+    def load_setitem(self):
+        self._refuse_slice(self.stack[-2])
+        super().load_setitem()
+
+    def load_setitems(self):
+        for key in self.stack[0::2]:  # the items since the MARK: keys at even positions
+            self._refuse_slice(key)
+        super().load_setitems()
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
+    dispatch[pickle.SETITEM[0]] = load_setitem
+    dispatch[pickle.SETITEMS[0]] = load_setitems
+
+
+def _call_units(func, values: tuple, name: str) -> int:
+    """The elements a call of an allowlisted func on these arguments makes, at most: the
+    length of its sized arguments (what a container or text conversion copies), bytes(n)'s
+    n. A call whose output is not bounded so is refused."""
+    if isinstance(func, type) and issubclass(func, (bytes, bytearray)) and values \
+            and isinstance(values[0], int):
+        return max(int(values[0]), 0)  # n zero bytes
+    if isinstance(func, type) and issubclass(func, str) and values:
+        x = values[0]
+        if isinstance(x, (str, bytes, bytearray)):
+            return len(x)
+        if isinstance(x, int):  # bool too
+            return x.bit_length() // 3 + 2  # its decimal digits
+        if isinstance(x, float):
+            return 32
+        raise pickle.UnpicklingError(
+            f"{name}() of a {type(x).__name__} is not built by a weights-only load (its text "
+            "repeats every element's, unbounded by the stream)")
+    units = 1
+    for v in values:
+        try:
+            units += len(v)
+        except TypeError:  # a number, None: no elements to copy
+            pass
+    return units
 
 
 def _short(x) -> str:
