@@ -100,16 +100,20 @@ _FLOAT_MAX = {d.name: float(ml_dtypes.finfo(d.np).max)
               for d in (dt.float16, dt.bfloat16, dt.float32)}
 
 
+_INTEGRAL = frozenset((dt.uint8, dt.int8, dt.int16, dt.int32, dt.int64))
+
+
 def _stored_fill(value, dtype: dt.DType):
-    """The value a checked fill stores, as torch's C cast would: NumPy refuses a negative
-    int for an unsigned type (torch wraps it) and a float of 2**63 for int64 (torch's cast
-    gives int64's min)."""
-    if dtype.is_floating_point or dtype is dt.bool_ or isinstance(value, (bool, np.bool_)):
-        return value
+    """The value a checked fill stores in an integral dtype (the kernel calls this only for
+    those, so that float fills pay one set lookup), as torch's C cast would: NumPy refuses a
+    negative int for an unsigned type (torch wraps it) and a float of 2**63 for int64 (torch's
+    cast gives int64's min)."""
+    if type(value) is int:
+        return value if value >= 0 or dtype.is_signed else value % (np.iinfo(dtype.np).max + 1)
     if isinstance(value, (float, np.floating)):
         v = int(value)  # checked: finite and in range as a double
         return -(2**63) if v > 2**63 - 1 else v
-    if isinstance(value, (int, np.integer)) and value < 0 and not dtype.is_signed:
+    if isinstance(value, np.integer) and value < 0 and not dtype.is_signed:
         return int(value) % (np.iinfo(dtype.np).max + 1)
     return value
 
@@ -148,8 +152,9 @@ register(OpDef(
     inputs=(),
     attrs={"shape": Attr("ints"), "fill_value": Attr("scalar"), "dtype": Attr("dtype")},
     infer_meta=_full_meta,
-    kernel=lambda ctx, shape, fill_value, dtype: ctx.prims.full(ctx.out_metas[0].shape, dtype,
-                                                                _stored_fill(fill_value, dtype)),
+    kernel=lambda ctx, shape, fill_value, dtype: ctx.prims.full(
+        ctx.out_metas[0].shape, dtype,
+        _stored_fill(fill_value, dtype) if dtype in _INTEGRAL else fill_value),
     sbp=lambda shape, fill_value, dtype: creation_sbp(shape),
     reference=lambda torch, shape, fill_value, dtype: torch.full(shape, fill_value, dtype=dtype),
     samples=lambda rng: [Sample(shape=(2, 3), fill_value=1.5, dtype=dt.float32),
