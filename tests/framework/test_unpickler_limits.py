@@ -79,8 +79,8 @@ HOSTILE = {
     # str() of a list holding one 20000-character string 20000 times: 400 MB of text
     "str() of a list of repeated references":
         P2 + _global("builtins", "str") + _binunicode("a" * 20000) + pickle.BINPUT + b"\x01"
-        + pickle.POP + pickle.MARK + (pickle.BINGET + b"\x01") * 20000 + pickle.LIST + pickle.TUPLE1 + pickle.REDUCE
-        + pickle.STOP,
+        + pickle.POP + pickle.MARK + (pickle.BINGET + b"\x01") * 20000 + pickle.LIST
+        + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP,
     # lst[0:0] = a 5000-element list, 3000 times over
     "slice assignment through SETITEM":
         P2 + pickle.EMPTY_LIST + pickle.BINPUT + b"\x00" + pickle.MARK
