@@ -1,8 +1,9 @@
 """Every registered op on global tensors over 2 ranks equals its single-device result.
 
 Run as `mpiexec -n 2 python -m mpi4py tests/ops/global_ops_check.py --shard K --of N`
-(launched by tests/ops/test_global_ops.py). For every op and every registry sample
-(`harness.op_samples`) in this shard:
+(launched by tests/ops/test_global_ops.py; tests/ops/global_ops_shards.py deals the cases to
+the N shards). For every op and every registry sample (`harness.op_samples`) in this shard,
+or the part of its cases the shard holds:
 
 - every combination of input SBPs, one per tensor input, from B, P (not for bool) and S(i)
   for each axis i of that input (short axes too: their pieces may be empty), on the 1-D
@@ -45,7 +46,9 @@ from sbpflow.framework.global_tensor import GlobalDevice, _local_alias
 from sbpflow.framework.interpreter import apply
 from sbpflow.ops import registry
 from sbpflow.sbp import B, P, S, Split, layout
+from tests.ops import global_ops_shards
 from tests.ops import harness as H
+from tests.ops.global_ops_shards import sbp_choices
 
 RANK, SIZE = comm.get_rank(), comm.get_world_size()
 SEED = 20240606  # the generator seed of random ops, local and global alike
@@ -53,11 +56,6 @@ SEED = 20240606  # the generator seed of random ops, local and global alike
 
 def sbp_name(x) -> str:
     return "P" if x == P else "B" if x == B else f"S({x.axis})"
-
-
-def sbp_choices(arr: np.ndarray):
-    """The 1-D SBPs a tensor input can have: B, P (a sum is meaningless for bool), S(i)."""
-    return [B] + ([] if arr.dtype == np.bool_ else [P]) + [S(i) for i in range(arr.ndim)]
 
 
 def output_choices(ndim: int):
@@ -148,7 +146,7 @@ class Results:
     def __init__(self):
         self.failures: list[str] = []
         self.ops: set[str] = set()
-        self.samples = 0
+        self.samples: set[tuple[str, int]] = set()
         self.combos = 0
         self.grads = 0
         self.creations = 0
@@ -207,7 +205,8 @@ def local_oracle(opdef, sample, want_grad, seed_cot):
     return [o.detach() for o in outs], cots, grads, flat
 
 
-def run_sample(res, name, opdef, index, sample, placement) -> None:
+def run_sample(res, name, opdef, index, sample, placement, cases=None) -> None:
+    """Run the sample's input-SBP combinations numbered in `cases` (a range; None: all)."""
     arrays = [np.asarray(a) for a in H.flat_inputs(opdef, sample)]
     want_grad = (sample.grad and opdef.grad is not None
                  and any(a.dtype.kind == "f" for a in arrays))
@@ -216,13 +215,16 @@ def run_sample(res, name, opdef, index, sample, placement) -> None:
     except Exception as e:  # the local op is test_registry's business, but say so
         res.fail(f"{name}[{index}] local", f"{type(e).__name__}: {e}")
         return
-    res.samples += 1
+    res.samples.add((name, index))
     if not arrays:
         run_creation(res, name, opdef, index, sample, placement, expected)
         return
     dtypes = [t.dtype for t in local_in]
     choices = [sbp_choices(a) for a in arrays]
-    for n, combo in enumerate(itertools.product(*choices)):
+    numbered = enumerate(itertools.product(*choices))
+    if cases is not None:
+        numbered = itertools.islice(numbered, cases.start, cases.stop, cases.step)
+    for n, combo in numbered:
         what = f"{name}[{index}] {sample!r} in=({', '.join(map(sbp_name, combo))})"
         res.combos += 1
         rng = np.random.default_rng(zlib.crc32(what.encode()))
@@ -302,31 +304,6 @@ def run_creation(res, name, opdef, index, sample, placement, expected) -> None:
                            + "".join(traceback.format_exc(limit=-4)))
 
 
-# -- sharding -------------------------------------------------------------------------------------
-def op_weight(name: str) -> int:
-    """Roughly the work of an op here: its SBP combinations (grad ones count twice)."""
-    opdef = registry.get(name)
-    total = 0
-    for s in H.op_samples(name):
-        combos = 1
-        for a in H.flat_inputs(opdef, s):
-            combos *= len(sbp_choices(np.asarray(a)))
-        total += combos * (2 if s.grad else 1) + 2
-    return total
-
-
-def shards(names, count: int) -> list[list[str]]:
-    """`count` groups of ops of balanced work: heaviest op first onto the lightest group.
-    Deterministic, so every rank and every job computes the same split."""
-    loads = [0] * count
-    groups: list[list[str]] = [[] for _ in range(count)]
-    for w, name in sorted(((op_weight(n), n) for n in names), reverse=True):
-        j = min(range(count), key=lambda i: (loads[i], i))
-        loads[j] += w
-        groups[j].append(name)
-    return [sorted(g) for g in groups]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shard", type=int, default=0)
@@ -336,17 +313,18 @@ def main() -> int:
     assert SIZE == 2, f"global_ops_check runs on 2 ranks, got {SIZE}"
     start = time.perf_counter()
     every = args.ops.split(",") if args.ops else registry.list_ops()
-    groups = shards(every, args.of)
-    # The shards partition the ops: each op runs in exactly one job.
-    assert sorted(sum(groups, [])) == sorted(every), "the shards do not partition the ops"
-    names = groups[args.shard]
+    groups = global_ops_shards.shards(every, args.of)
+    # The shards partition the cases: each runs in exactly one job, and every op is covered.
+    global_ops_shards.check_partition(every, groups)
     placement = flow.placement("cpu", [0, 1])
     res = Results()
-    for name in names:
-        opdef = registry.get(name)
-        res.ops.add(name)
-        for index, sample in enumerate(H.op_samples(name)):
-            run_sample(res, name, opdef, index, sample, placement)
+    for part in groups[args.shard]:
+        res.ops.add(part.name)
+        if part.index is None:
+            continue  # an op without samples
+        sample = H.op_samples(part.name)[part.index]
+        run_sample(res, part.name, registry.get(part.name), part.index, sample, placement,
+                   part.cases())
     flow.synchronize()
     everyone = MPI.COMM_WORLD.gather(res.failures, root=0)
     seconds = time.perf_counter() - start
@@ -358,7 +336,7 @@ def main() -> int:
         failed = len(lines)
         for line in lines:
             print("FAILED", line)
-        print(f"global ops shard {args.shard}/{args.of}: {len(res.ops)} ops, {res.samples} "
+        print(f"global ops shard {args.shard}/{args.of}: {len(res.ops)} ops, {len(res.samples)} "
               f"samples, {res.combos} SBP combinations ({res.creations} factory outputs), "
               f"{res.grads} gradients checked, {failed} failures, {seconds:.1f} s "
               f"({time.process_time():.1f} s CPU on rank 0); the shards cover {len(every)} ops",

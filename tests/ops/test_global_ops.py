@@ -2,9 +2,12 @@
 
 The checks live in tests/ops/global_ops_check.py, which runs every case of its shard in one
 `mpiexec -n 2` job (no pytest per case: a case is a few milliseconds of work, pytest's per
-test overhead would dominate). The ops are split into shards of balanced work so that
-pytest-xdist can run the jobs side by side; each job prints every failing case with its max
-error and a summary line, and exits non-zero when any case failed.
+test overhead would dominate). tests/ops/global_ops_shards.py deals the cases to shards of
+balanced estimated work (a heavy sample's cases may span shards); the number of shards grows
+with the registry and each job's timeout follows its own estimated work, so no job's work
+outgrows its timeout on a busy machine. pytest-xdist runs the jobs side by side; each job
+prints every failing case with its max error and a summary line, and exits non-zero when
+any case failed.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import re
 import pytest
 
 from sbpflow.ops import registry
-from tests.mpijob import mpiexec_cmd, run_job
+from tests.mpijob import PYTEST_TIMEOUT_S, mpiexec_cmd, run_job
+from tests.ops import global_ops_shards
 
-SHARDS = 4
 CHECK = "tests/ops/global_ops_check.py"
+SHARDS = global_ops_shards.shard_count(registry.list_ops())
+GROUPS = global_ops_shards.shards(registry.list_ops(), SHARDS)
 SUMMARY = re.compile(
     r"global ops shard (\d+)/(\d+): (\d+) ops, (\d+) samples, (\d+) SBP combinations "
     r"\((\d+) factory outputs\), (\d+) gradients checked, (\d+) failures, .*; the shards "
@@ -32,11 +37,20 @@ def _report(job) -> str:
     return f"exit status {job.returncode}\n{failures}\n--- end of output\n{job.output[-8000:]}"
 
 
+def test_shards_fit_their_timeouts():
+    """Every case is in one shard, and each job's timeout ends well within pytest's own
+    per-test limit (which would otherwise end the test first, with less to say)."""
+    global_ops_shards.check_partition(registry.list_ops(), GROUPS)
+    longest = max(global_ops_shards.timeout_s(g) for g in GROUPS)
+    assert longest <= PYTEST_TIMEOUT_S * 0.75, (longest, PYTEST_TIMEOUT_S)
+
+
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_global_ops_match_single_device(shard):
     job = run_job(mpiexec_cmd(2, "-m", "mpi4py", CHECK, "--shard", str(shard), "--of",
                               str(SHARDS)),
-                  timeout=240, env={"SBPFLOW_COLLECTIVE_TIMEOUT": "60"})
+                  timeout=global_ops_shards.timeout_s(GROUPS[shard]),
+                  env={"SBPFLOW_COLLECTIVE_TIMEOUT": "60"})
     found = SUMMARY.search(job.stdout)
     assert job.returncode == 0 and found, f"shard {shard}: {_report(job)}"
     assert int(found[8]) == 0, _report(job)
