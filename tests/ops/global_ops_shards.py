@@ -14,10 +14,8 @@ work, and with it its timeout, stays bounded however many ops are added.
 The estimate is in seconds of a quiet run on the 2-core reference machine (the measured
 cost of a forward case and of a case that is also back-propagated), so a job's quiet wall
 time is about `quiet_seconds` when it has the cores to itself. Its launch timeout
-(`timeout_s`) is `HEADROOM` times that: 4x over a quiet run of the README's `pytest -n 2`,
-where the other worker's job takes half the cores, so twice the time on its own. Both sides
-import this module (it initialises no MPI): every rank and the test compute the same
-deterministic split.
+(`timeout_s`) is `HEADROOM` times that (see there). Both sides import this module (it
+initialises no MPI): every rank and the test compute the same deterministic split.
 """
 
 from __future__ import annotations
@@ -39,9 +37,14 @@ SAMPLE_S = 0.003  # a part's local oracle run (and a factory's few output SBPs)
 FACTORY_CASES = 5  # B, P and S(i): a factory's output SBPs, about
 STARTUP_S = 6.0  # mpiexec starts 2 ranks; each imports sbpflow, torch and the registry
 
-SHARD_S = 30.0  # the estimated work of one job
+SHARD_S = 25.0  # the estimated work of one job, at most
 SPREAD = 4  # a sample with at least this many cases per shard is spread over every shard
-HEADROOM = 8  # timeout / quiet time alone: 4x over a quiet run under `pytest -n 2`
+# Timeout / estimated quiet time alone: 4x over a quiet run, times 2 for `pytest -n 2` (the
+# other worker's job takes half the cores), times 1.75 for the estimate's spread (a job's
+# quiet wall time runs up to 1.35x it, as the ranks wait on each other) and for the CPU time
+# itself growing on a busy machine (up to 2x at load 6 on 2 cores). 14 x (6 + 25) s = 434 s
+# stays within pytest's own 600 s per test.
+HEADROOM = 14
 
 
 def sbp_choices(arr: np.ndarray):
