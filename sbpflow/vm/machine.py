@@ -127,7 +127,7 @@ class VirtualMachine:
                 s = self.streams.get(name)
                 if s is None:
                     if not self.streams:
-                        self.blas_threads = threads.apply_policy(self.mode is Mode.ASYNC)
+                        self.blas_threads = threads.apply_policy()
                     s = self.streams[name] = Stream(name, self)
         return s
 
@@ -135,8 +135,6 @@ class VirtualMachine:
         """Switch between ASYNC and SYNC; everything in flight finishes first."""
         self.synchronize()
         self.mode = Mode(mode) if not isinstance(mode, Mode) else mode
-        if self.streams:
-            self.blas_threads = threads.apply_policy(self.mode is Mode.ASYNC)
 
     def set_inline_max(self, n: int) -> int:
         """Instructions with fewer than n output elements may run inline (0: none); returns

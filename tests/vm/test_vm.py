@@ -178,6 +178,23 @@ def test_sync_mode_from_environment():
     assert out.stdout.strip() == "sync", out.stderr
 
 
+def test_blas_threads_are_the_same_in_both_modes():
+    """SYNC must give async's numbers, and a GEMM's bits can depend on BLAS's thread count, so
+    switching modes leaves the count alone (one core less than the machine, at least one)."""
+    code = ("import os, numpy as np, sbpflow as f; from threadpoolctl import threadpool_info\n"
+            "def blas(): return sorted({i['num_threads'] for i in threadpool_info() "
+            "if i['user_api'] == 'blas'})\n"
+            "f.ones(2).numpy(); a = blas(); f.vm.set_mode('sync'); s = blas()\n"
+            "f.vm.set_mode('async'); b = blas()\n"
+            "print(a == s == b == [max(1, len(os.sched_getaffinity(0)) - 1)], a, s, b)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                        "SBPFLOW_BLAS_THREADS", "SBPFLOW_VM_MODE")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.startswith("True"), (out.stdout, out.stderr)
+
+
 def test_inline_max_from_environment_hands_small_ops_to_the_worker():
     code = ("import sbpflow as f; x = f.ones(3) + 1; x.numpy(); "
             "print(f.vm.get_inline_max(), f.vm.handoffs() >= 2)")
