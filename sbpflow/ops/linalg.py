@@ -1008,8 +1008,22 @@ def _cofactor_grad(ctx, g):
 
 
 def _cofactor_reference(torch, a):
-    x = a if a.requires_grad else a.detach().requires_grad_()
-    return torch.autograd.grad(torch.linalg.det(x).sum(), x, create_graph=a.requires_grad)[0]
+    """C_ij = (-1)^(i+j) det(A without row i and column j), from torch's det of each minor.
+
+    Independent of the kernel's det(A) A^-T and SVD routes, and exact where A is singular:
+    torch's own det gradient there goes through an LU whose rounding (and so whether it
+    returns zeros) differs between CPUs."""
+    n = a.shape[-1]
+    if n == 1:
+        return torch.ones_like(a)
+    rows = []
+    for i in range(n):
+        keep_r = [k for k in range(n) if k != i]
+        rows.append(torch.stack([
+            (-1) ** (i + j) * torch.linalg.det(a[..., keep_r, :][..., [k for k in range(n)
+                                                                       if k != j]])
+            for j in range(n)], dim=-1))
+    return torch.stack(rows, dim=-2)
 
 
 register(OpDef(
@@ -1026,8 +1040,6 @@ register(OpDef(
         Sample(_square_samples(rng)(2, 2, 4, 4)),
         Sample(_square_samples(rng, np.float32)(2, 3, 3)),
         # Singular matrices (rank 1 and rank 2 next to an invertible one): the SVD path.
-        # (torch returns zeros for some exactly singular matrices, e.g. diag(1, 2, 0), whose
-        # cofactor is not zero; tests/ops/test_linalg_decomp.py checks those by derivatives.)
         Sample(np.stack([np.ones((3, 3)), [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]],
                          _rand(rng, 3, 3)]), grad=False),
     ],

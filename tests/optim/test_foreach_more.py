@@ -1,6 +1,6 @@
 """Multi-tensor (foreach) steps of RMSprop, Adadelta, Adamax, NAdam, RAdam, ASGD and Rprop:
 one fused instruction per param group and (device, dtype) bucket, bit for bit the
-per-parameter path (foreach=False), torch's foreach=False within rtol 1e-6, and no host read
+per-parameter path (foreach=False), torch's foreach=False within rtol 1e-5, and no host read
 per step.
 
 Every case matches the per-parameter path exactly: each `multi_*_update` kernel runs the
@@ -19,6 +19,10 @@ import sbpflow as flow
 from sbpflow.vm import VirtualMachine
 
 from .test_foreach import assert_three_steps_read_nothing
+
+# Against torch, float32 after several steps: torch's vectorised updates fuse multiply-adds
+# where the CPU has them (AVX2 and AVX-512 differ), so they agree to some ulps, not bitwise.
+TORCH_RTOL = 1e-5
 
 CASES = [
     ("RMSprop", dict(lr=0.01)),
@@ -90,7 +94,7 @@ def _check_states(fused_opt, single_opt, torch_opt):
         for k in fs[i]:
             np.testing.assert_array_equal(fs[i][k].numpy(), ss[i][k].numpy(), err_msg=k)
             np.testing.assert_allclose(fs[i][k].numpy(), ts[i][k].detach().numpy(),
-                                       rtol=1e-6, atol=1e-7, err_msg=k)
+                                       rtol=TORCH_RTOL, atol=1e-7, err_msg=k)
             assert fs[i][k].dtype == ss[i][k].dtype
             assert fs[i][k].dtype.name == str(ts[i][k].dtype).replace("torch.", ""), k
             assert fs[i][k].shape == tuple(ts[i][k].shape), k
@@ -103,7 +107,7 @@ def test_foreach_is_bitwise_the_per_parameter_path_and_torch(name, kw):
     ref, topt = _run_torch(name, kw)
     for a, b, r in zip(fused, single, ref, strict=True):
         np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(a, r, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, r, rtol=TORCH_RTOL, atol=1e-7)
     _check_states(fopt, sopt, topt)
     # the skipped parameter's step count lags by one, in every path
     assert fopt.state_dict()["state"][1]["step"].item() == STEPS - 1
@@ -136,7 +140,7 @@ def test_foreach_continues_from_a_loaded_state(name, kw):
     ref, topt = _resumed(torch, name, kw, False)
     for a, b, r in zip(fused, single, ref, strict=True):
         np.testing.assert_array_equal(a, b)
-        np.testing.assert_allclose(a, r, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, r, rtol=TORCH_RTOL, atol=1e-7)
     _check_states(fopt, sopt, topt)
 
 

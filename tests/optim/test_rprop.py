@@ -29,14 +29,18 @@ def _run(lib, dtype, steps=20, **kw):
 def test_rprop_matches_torch_for_20_steps(kw, dtype):
     ref_opt, ref = _run(torch, dtype, **kw)
     opt, got = _run(flow, dtype, **kw)
+    # float32: a gradient near zero can change sign with the last bit of sin or a matmul,
+    # which differs between CPUs' SIMD paths; Rprop then moves that weight by a step size
+    # the other way (a few 1e-6 after 20 steps). float64 agrees exactly.
     for a, b in zip(ref, got):
-        np.testing.assert_allclose(b, a, rtol=0, atol=0 if dtype == "float64" else 1e-6)
+        np.testing.assert_allclose(b, a, rtol=0, atol=0 if dtype == "float64" else 1e-5)
     ref_state, state = ref_opt.state_dict(), opt.state_dict()
     assert ref_state["param_groups"] == state["param_groups"]
     for k, v in ref_state["state"].items():
         assert set(state["state"][k]) == set(v)
         for name, t in v.items():
-            np.testing.assert_allclose(state["state"][k][name].numpy(), t.numpy(), atol=1e-6)
+            np.testing.assert_allclose(state["state"][k][name].numpy(), t.numpy(),
+                                       atol=1e-6 if dtype == "float64" else 1e-5)
 
 
 def test_rprop_errors_match_torch():
