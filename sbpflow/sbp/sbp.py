@@ -6,7 +6,12 @@ from typing import NamedTuple
 
 
 class Sbp:
-    """The type of every SBP value (OneFlow's `flow.sbp.sbp`)."""
+    """The type of every SBP value (OneFlow's `flow.sbp.sbp`).
+
+    Every value is an interned singleton: `Broadcast() is B`, `PartialSum() is P` and
+    `Split(i) is S(i)`, also after pickling and copying. Equality is identity (object's own
+    `==` and hash, in C), so SBP tuples in cache keys and signature checks compare cheaply.
+    """
 
     __slots__ = ()
 
@@ -14,15 +19,23 @@ class Sbp:
         """OneFlow lets an SBP value be called: `flow.sbp.broadcast()` is `broadcast`."""
         return self
 
+    def __setattr__(self, name, value):
+        raise AttributeError("SBP values are immutable")
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
 
 class Split(Sbp):
     """S(axis): the logical tensor is cut along `axis`; the first ranks get one more row."""
 
-    __slots__ = ("axis", "_hash")
+    __slots__ = ("axis",)
     _interned: dict = {}
 
     def __new__(cls, axis: int):
-        # One object per axis: SBP tuples in cache keys then compare by identity first.
         hit = cls._interned.get(axis) if type(axis) is int else None
         if hit is not None:
             return hit
@@ -30,18 +43,8 @@ class Split(Sbp):
             raise ValueError(f"split(): axis must be a non-negative int, got {axis!r}")
         self = object.__new__(cls)
         object.__setattr__(self, "axis", int(axis))
-        object.__setattr__(self, "_hash", hash(("S", int(axis))))
-        cls._interned[int(axis)] = self
-        return self
-
-    def __setattr__(self, name, value):
-        raise AttributeError("SBP values are immutable")
-
-    def __eq__(self, other):
-        return other is self or (isinstance(other, Split) and other.axis == self.axis)
-
-    def __hash__(self):
-        return self._hash
+        # setdefault: two threads making the same new axis at once still get one object.
+        return cls._interned.setdefault(int(axis), self)
 
     def __reduce__(self):
         return (Split, (self.axis,))
@@ -54,34 +57,45 @@ class Broadcast(Sbp):
     """B: every rank holds the whole logical tensor."""
 
     __slots__ = ()
+    _the: Broadcast | None = None
+
+    def __new__(cls):
+        the = cls._the
+        if the is None:
+            the = cls._the = object.__new__(cls)
+        return the
+
+    def __reduce__(self):
+        return (Broadcast, ())
 
     def __repr__(self):
         return "B"
-
-    def __eq__(self, other):
-        return isinstance(other, Broadcast)
-
-    def __hash__(self):
-        return hash("B")
 
 
 class PartialSum(Sbp):
     """P: the logical tensor is the sum of the ranks' tensors."""
 
     __slots__ = ()
+    _the: PartialSum | None = None
+
+    def __new__(cls):
+        the = cls._the
+        if the is None:
+            the = cls._the = object.__new__(cls)
+        return the
+
+    def __reduce__(self):
+        return (PartialSum, ())
 
     def __repr__(self):
         return "P"
 
-    def __eq__(self, other):
-        return isinstance(other, PartialSum)
-
-    def __hash__(self):
-        return hash("P")
-
 
 B = broadcast = Broadcast()
 P = partial_sum = PartialSum()
+for _axis in range(8):  # the common axes exist up front
+    Split(_axis)
+del _axis
 
 
 def S(axis: int) -> Split:
