@@ -8,10 +8,11 @@ empty piece and runs no kernel, but follows the same program (SPMD), so metadata
 offsets and collectives stay in step on every rank.
 
 An op on global inputs: infer the logical output metas, choose an SBP signature among the
-op's candidates (`sbp.infer.choose`: inputs that already match win, then the least boxing
-cost), box the inputs that differ (a collective instruction on the comm stream), then run
-the op's kernel on the local pieces with the logical metas and each output piece's position
-in the kernel context. Autograd records the node as for local ops; gradients are global ops.
+op's candidates (`sbp.infer.choose_signature`, the chooser graph tracing uses too: inputs that
+already match win, then the least cost), box the inputs that differ (a collective
+instruction on the comm stream), then run the op's kernel on the local pieces with the
+logical metas and each output piece's position in the kernel context. Autograd records the
+node as for local ops; gradients are global ops.
 """
 
 from __future__ import annotations
@@ -210,11 +211,8 @@ def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _Cal
     if hit is not None:
         return hit
     out_metas = opdef.meta(in_metas, attrs, local=False)
-    if in_metas:
-        want, out_sbps = infer.choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps,
-                                      out_metas, placement, _same_placement_cost)
-    else:
-        want, out_sbps = (), _creation_sbps(opdef, out_metas, placement, creation_sbp, attrs)
+    want, out_sbps = infer.choose_signature(opdef, in_metas, in_sbps, out_metas, placement,
+                                            attrs, creation_sbp)
     rank = _rank()
     out_gls = tuple(GlobalInfo(placement, s, _local_meta(m, placement, s, rank))
                     for m, s in zip(out_metas, out_sbps))
@@ -240,10 +238,6 @@ def _rank() -> int:
     if _RANK is None:
         _RANK = comm.get_rank()
     return _RANK
-
-
-def _same_placement_cost(meta, placement, src, dst):
-    return boxing.cost(meta, placement, src, placement, dst)
 
 
 def _common_placement(opdef, tensors):
@@ -357,17 +351,6 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
                                     GlobalDevice(placement), saved=boxed)
                 break
     return outs[0] if len(outs) == 1 else tuple(outs)
-
-
-def _creation_sbps(opdef, out_metas, placement, sbp, attrs):
-    """A creation op fills the requested pieces directly when it declares that signature;
-    otherwise (and for P, which no creation declares) it makes B and boxing converts."""
-    sbp = sbp if sbp is not None else (B,) * placement.ndim
-    wanted = tuple(B if x == P else x for x in sbp)
-    declared = {s.outputs[0] for s in opdef.signatures((), attrs)} | {B}
-    ok = all(x in declared for x in wanted) and infer._fits(
-        (wanted,), out_metas, placement.hierarchy)
-    return ((wanted if ok else (B,) * placement.ndim),) * len(out_metas)
 
 
 # -- consistency check ------------------------------------------------------------------------

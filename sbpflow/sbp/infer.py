@@ -1,4 +1,9 @@
-"""SBP signature inference for eager global ops.
+"""SBP signature inference: the one chooser that eager global ops and graph tracing both call.
+
+`choose_signature(opdef, ...)` is the entry: given an op call's logical metas, input nd-SBPs,
+placement, attrs (and for a creation op the requested SBP), it returns the input nd-SBPs the
+kernel needs and the output nd-SBPs it produces, cached here by the call's metadata. What is
+specific to one rank (piece metas, slices, fingerprints) stays with the caller.
 
 An op declares 1-D candidate signatures (`OpDef.sbp`). On an nd placement the candidates are
 the product of the 1-D lists, one per grid axis (OneFlow's rule), keeping only those whose
@@ -13,8 +18,9 @@ from __future__ import annotations
 import itertools
 
 from .._core.meta import TensorMeta
+from . import boxing
 from .placement import Placement
-from .sbp import B, Signature, Split
+from .sbp import B, P, Signature, Split
 
 
 def _fits(sbps, metas, hierarchy, even=(), short_ok=False) -> bool:
@@ -80,3 +86,53 @@ def choose(sigs_1d, in_metas: tuple[TensorMeta, ...], in_sbps: tuple, out_metas,
         if best_cost is None or total < best_cost:
             best, best_cost = (ins, outs), total
     return best
+
+
+def same_placement_cost(meta, placement: Placement, src, dst) -> float:
+    """`boxing.cost` of boxing `meta` from nd-SBP `src` to `dst` on one placement."""
+    return boxing.cost(meta, placement, src, placement, dst)
+
+
+def creation_signature(opdef, out_metas, placement: Placement, sbp, attrs) -> tuple:
+    """The output nd-SBPs of a creation op (no tensor inputs) asked to make `sbp` (None: B).
+
+    It fills the requested pieces directly when it declares that signature; otherwise (and for
+    P, which no creation declares) it makes B and the caller boxes to what was asked."""
+    sbp = sbp if sbp is not None else (B,) * placement.ndim
+    wanted = tuple(B if x is P else x for x in sbp)
+    declared = {s.outputs[0] for s in opdef.signatures((), attrs)} | {B}
+    ok = all(x in declared for x in wanted) and _fits((wanted,), out_metas, placement.hierarchy)
+    return ((wanted if ok else (B,) * placement.ndim),) * len(out_metas)
+
+
+_CHOICES: dict = {}
+_CHOICES_LIMIT = 65536
+
+
+def choose_signature(opdef, in_metas: tuple, in_sbps: tuple, out_metas: tuple,
+                     placement: Placement, attrs: dict, creation_sbp=None) -> tuple:
+    """(input nd-SBPs, output nd-SBPs) of one op call on `placement`, cached.
+
+    `opdef` is the op's OpDef (its `name` and `signatures(in_metas, attrs)` are used);
+    `in_metas`/`out_metas` are logical; `attrs` are bound. With no inputs, the op creates a
+    tensor and `creation_sbp` (None: B) is what the caller asked for (`creation_signature`);
+    otherwise `choose` picks among the op's candidates with the boxing cost model. The result
+    depends only on these arguments, so every rank, and the graph tracer, gets the same one.
+    """
+    try:
+        values = tuple(attrs.values())
+        key = (opdef.name, in_metas, in_sbps, out_metas, placement, values,
+               tuple(map(type, values)), creation_sbp)
+        hit = _CHOICES.get(key)
+    except TypeError:  # an unhashable attr: choose without caching
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    if in_metas:
+        hit = choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps, out_metas,
+                     placement, same_placement_cost)
+    else:
+        hit = ((), creation_signature(opdef, out_metas, placement, creation_sbp, attrs))
+    if key is not None and len(_CHOICES) < _CHOICES_LIMIT:
+        _CHOICES[key] = hit
+    return hit

@@ -93,3 +93,74 @@ def test_every_op_has_the_all_broadcast_fallback(world_of):
     m = _meta(3, 3)
     found = infer.candidates([], (m, m), (m,), p)
     assert found == [(((B,), (B,)), ((B,),))]
+
+
+# -- choose_signature: the one chooser of eager global ops and graph tracing ------------------
+class _Counting:
+    """An OpDef stand-in that counts how often its candidates are asked for."""
+
+    def __init__(self, opdef):
+        self.opdef, self.name, self.asked = opdef, opdef.name, 0
+
+    def signatures(self, in_metas, attrs):
+        self.asked += 1
+        return self.opdef.signatures(in_metas, attrs)
+
+
+def _signature(op, in_metas, in_sbps, placement, creation_sbp=None, **attrs):
+    opdef = registry.get(op)
+    attrs = opdef.bind_attrs(attrs)
+    out_metas = opdef.meta(tuple(in_metas), attrs, local=False)
+    counting = _Counting(opdef)
+    got = infer.choose_signature(counting, tuple(in_metas), tuple(in_sbps), out_metas,
+                                 placement, attrs, creation_sbp)
+    return got, counting
+
+
+def test_choose_signature_is_choose_with_the_cost_model_and_cached(world_of, monkeypatch):
+    world_of(2)
+    monkeypatch.setattr(infer, "_CHOICES", {})
+    p = Placement("cpu", [0, 1])
+    a, b = _meta(4, 6), _meta(6, 8)
+    for sbps in ([(S(0),), (B,)], [(S(0),), (S(0),)], [(B,), (S(1),)], [(P,), (S(1),)]):
+        got, counting = _signature("matmul", [a, b], sbps, p)
+        assert got == _choose("matmul", [a, b], sbps, p) and counting.asked == 1
+        again, counting = _signature("matmul", [a, b], sbps, p)
+        assert again == got and counting.asked == 0  # the cache answered
+
+
+def test_creation_ops_fill_declared_pieces_and_make_b_otherwise(world_of, monkeypatch):
+    world_of(2)
+    monkeypatch.setattr(infer, "_CHOICES", {})
+    p = Placement("cpu", [0, 1])
+    full = {"shape": (4, 3), "fill_value": 1.0, "dtype": dt.float32}
+    assert _signature("full", [], [], p, (S(1),), **full)[0] == ((), ((S(1),),))
+    assert _signature("full", [], [], p, None, **full)[0] == ((), ((B,),))
+    # P: made as B (boxing makes the P); a split of 1 row over 2 ranks: B too.
+    assert _signature("full", [], [], p, (P,), **full)[0] == ((), ((B,),))
+    one_row = {"shape": (1, 3), "fill_value": 1.0, "dtype": dt.float32}
+    assert _signature("full", [], [], p, (S(0),), **one_row)[0] == ((), ((B,),))
+
+
+def test_eager_global_ops_take_their_signature_from_sbp_infer(monkeypatch):
+    import numpy as np
+
+    import sbpflow as flow
+    from sbpflow.framework import global_tensor
+
+    monkeypatch.setattr(global_tensor, "_PLANS", {})
+    calls = []
+    real = infer.choose_signature
+
+    def spy(opdef, *args):
+        calls.append(opdef.name)
+        return real(opdef, *args)
+
+    monkeypatch.setattr(infer, "choose_signature", spy)
+    one = flow.placement("cpu", [0])
+    x = np.arange(12.0).reshape(3, 4)
+    a = flow.tensor(x, placement=one, sbp=S(0))
+    w = flow.tensor(x.T.copy(), placement=one, sbp=B)
+    y = a @ w
+    assert "matmul" in calls and y.sbp == (S(0),)
+    np.testing.assert_allclose(y.numpy(), x @ x.T)
