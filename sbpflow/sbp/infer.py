@@ -7,10 +7,12 @@ specific to one rank (piece metas, slices, fingerprints) stays with the caller.
 
 An op declares 1-D candidate signatures (`OpDef.sbp`). On an nd placement the candidates are
 the product of the 1-D lists, one per grid axis (OneFlow's rule), keeping only those whose
-split axes are long enough for the ranks that cut them. The eager choice: the signature whose
-inputs already match wins; otherwise the one with the least boxing cost (the copy-cost model
-of `boxing.cost`), earlier declared signatures winning ties. All-broadcast is always valid
-(every rank computes the whole op), so it is the fallback for ops that declare nothing.
+split axes are long enough for the ranks that cut them. The choice: the signature whose
+inputs already match wins; otherwise the one of least cost, earlier declared signatures
+winning ties. A candidate's cost is the boxing of its inputs (the copy-cost model of
+`boxing.cost`) plus the reduction each of its P outputs owes (`partial_output_cost`), so a
+signature that leaves a big partial sum behind no longer looks free. All-broadcast is always
+valid (every rank computes the whole op), so it is the fallback for ops that declare nothing.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ def choose(sigs_1d, in_metas: tuple[TensorMeta, ...], in_sbps: tuple, out_metas,
     """The signature to run: (input nd-SBPs, output nd-SBPs).
 
     `cost_fn(meta, placement, src_sbp, dst_sbp)` is the boxing copy cost on one placement.
+    A candidate whose inputs match wins outright (nothing to box; its P outputs are what the
+    program's layout implies, as a tensor-parallel matmul's). Otherwise a candidate costs the
+    boxing of its inputs plus `partial_output_cost` of each output.
     """
     best, best_cost = None, None
     for ins, outs in candidates(sigs_1d, in_metas, out_metas, placement, in_sbps):
@@ -83,9 +88,29 @@ def choose(sigs_1d, in_metas: tuple[TensorMeta, ...], in_sbps: tuple, out_metas,
         for m, have, want in zip(in_metas, in_sbps, ins):
             if have != want:
                 total += cost_fn(m, placement, have, want)
+        for m, s in zip(out_metas, outs):
+            if P in s:
+                total += partial_output_cost(m, placement, s, cost_fn)
         if best_cost is None or total < best_cost:
             best, best_cost = (ins, outs), total
     return best
+
+
+def partial_output_cost(meta, placement: Placement, nd_sbp: tuple, cost_fn) -> float:
+    """What an output of nd-SBP `nd_sbp` owes for its later reduction: P -> S, 0 without P.
+
+    Every P output is reduced before anything non-linear reads it, and the cheapest reduction
+    is a reduce-scatter: each P grid axis becomes a split of the longest tensor axis free
+    there (`boxing._without_partial`; a 0-d tensor needs P -> B). P -> S, not P -> B, because
+    it is the premium a P output carries over an S output whatever the consumer wants:
+    P -> B costs P -> S plus the S -> B an S output would pay too (2T(n-1) = T(n-1) + T(n-1)),
+    and P -> S(i) costs a reduce-scatter where an S(j) output pays an all-to-all at most. So
+    S candidates and P candidates are compared fairly; against a B output it is a lower
+    bound, the cheapest reduction the P output can get.
+    """
+    if P not in nd_sbp:
+        return 0.0
+    return cost_fn(meta, placement, nd_sbp, boxing._without_partial(meta.shape, nd_sbp))
 
 
 def same_placement_cost(meta, placement: Placement, src, dst) -> float:

@@ -673,6 +673,19 @@ def test_mlp_output_is_independent_of_placement_and_sbp(case):
         close(out.to_global(placement, sbp), want)
 
 
+def test_a_partial_output_is_charged_for_its_reduction():
+    """S(0) @ S(0) with a contraction of WORLD: making P needs the cheapest input boxing but
+    leaves an 8x8 partial sum to reduce, so the S(0) signature wins (sbp.infer); either way
+    the value is the single-device product."""
+    a, b = logical((8, WORLD), 40), logical((WORLD, 8), 41)
+    y = make(a, ALL, S(0)) @ make(b, ALL, S(0))
+    assert y.sbp == (S(0),) and y.placement == ALL
+    close(y, a @ b)
+    z = make(a, ALL, S(1)) @ make(b, ALL, S(0))  # inputs that match: P, reduced on read
+    assert z.sbp == (P,)
+    close(z, a @ b)
+
+
 def test_boxing_round_trips_keep_the_value():
     a = logical((5, 7), 40)
     for src in SBP_GRID:

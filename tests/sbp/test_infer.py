@@ -42,10 +42,40 @@ def test_matching_inputs_win_and_mismatches_take_the_cheapest_boxing(world_of):
     assert _choose("matmul", [a, b], [(S(0),), (B,)], p) == (((S(0),), (B,)), ((S(0),),))
     assert _choose("matmul", [a, b], [(S(1),), (S(0),)], p) == (((S(1),), (S(0),)), ((P,),))
     # (S(0), S(0)): re-splitting the left operand along k (all-to-all of 4x6 floats: 48 B
-    # moved per the model) beats gathering the right one (S -> B of 6x8 floats: 192 B).
+    # moved per the model) and reducing the 4x8 P output later (reduce-scatter: 128 B) beats
+    # gathering the right one (S -> B of 6x8 floats: 192 B).
     ins, outs = _choose("matmul", [a, b], [(S(0),), (S(0),)], p)
     assert ins == ((S(1),), (S(0),)) and outs == ((P,),)
-    assert _cost(a, p, (S(0),), (S(1),)) < _cost(b, p, (S(0),), (B,))
+    out = _meta(4, 8)
+    assert (_cost(a, p, (S(0),), (S(1),)) + _cost(out, p, (P,), (S(0),))
+            < _cost(b, p, (S(0),), (B,)))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_partial_output_is_charged_for_its_reduction(world_of, n):
+    world_of(n)
+    p = Placement("cpu", list(range(n)))
+    # A contraction over k = n with a big output: re-splitting a along k is the cheapest
+    # boxing of the inputs, but it leaves an 8x8 partial sum to reduce, which costs more
+    # than gathering the small b: the S(0) signature wins.
+    a, b, out = _meta(8, n), _meta(n, 8), _meta(8, 8)
+    to_p = _cost(a, p, (S(0),), (S(1),))
+    gather_b = _cost(b, p, (S(0),), (B,))
+    assert to_p < gather_b  # inputs alone: the P signature would win
+    assert to_p + _cost(out, p, (P,), (S(0),)) > gather_b
+    assert _choose("matmul", [a, b], [(S(0),), (S(0),)], p) == (((S(0),), (B,)), ((S(0),),))
+    # The charge is a reduce-scatter of the output (P -> S), 0 for outputs without P.
+    assert infer.partial_output_cost(out, p, (P,), _cost) == _cost(out, p, (P,), (S(0),))
+    assert infer.partial_output_cost(out, p, (S(1),), _cost) == 0.0
+    assert infer.partial_output_cost(_meta(), p, (P,), _cost) == _cost(_meta(), p, (P,), (B,))
+
+
+def test_matching_inputs_still_win_with_a_partial_output(world_of):
+    world_of(2)
+    p = Placement("cpu", [0, 1])
+    # The tensor-parallel matmul: h S(1) @ w S(0) -> P, however big the output.
+    h, w = _meta(64, 2), _meta(2, 64)
+    assert _choose("matmul", [h, w], [(S(1),), (S(0),)], p) == (((S(1),), (S(0),)), ((P,),))
 
 
 def test_reshape_keeps_a_split_through_a_merge_only_when_the_cut_is_even(world_of):
