@@ -1,4 +1,4 @@
-"""Boxing transitions (`Plan.run`) against the raw mpi4py / NumPy work they do, side by side.
+"""Boxing transitions (`BoxingRoute.run`) against the raw mpi4py / NumPy work they do, side by side.
 
 The companion `global_overhead.py` measures the eager overhead of a global op against the same
 op on a local tensor.
@@ -9,7 +9,7 @@ Run: python benchmarks/boxing.py [--ranks 2] [--threads 1] [--rounds 9]
 
 For each 1-D transition on placement [0, 1] (P->B, P->S(0), S(0)->B, S(0)->S(1), B->S(0),
 S(0)->P, B->P) and a move between placements ([0] -> [1], B), at 1 MB and 64 MB of float32,
-it times `Plan.run` and the raw equivalent on the same input buffers: the upper-case mpi4py
+it times `BoxingRoute.run` and the raw equivalent on the same input buffers: the upper-case mpi4py
 collective it uses, receiving into a preallocated buffer (Allreduce, Reduce_scatter_block,
 Allgather, Alltoall, Send/Recv), or the NumPy copy a local step amounts to. Rounds alternate
 (so drift hits both), each a loop between barriers timed by the slowest rank; the table shows
@@ -83,7 +83,7 @@ def compare(fns, nbytes: int):
     (the raw baseline): adjacent rounds share the machine's load, so the pairs cancel drift."""
     n = iterations(nbytes)
     for fn in fns:
-        fn()  # warm up: first touch, MPI connections, the plan's prepared closures
+        fn()  # warm up: first touch, MPI connections, the route's prepared closures
     times = [[] for _ in fns]
     for i in range(args.rounds):
         order = range(len(fns)) if i % 2 == 0 else reversed(range(len(fns)))
@@ -93,16 +93,16 @@ def compare(fns, nbytes: int):
     return [statistics.median(t) for t in times], ratios
 
 
-def boxed(plan, x):
-    """Plan.run, its result handed back to the allocator as the VM does when it dies."""
+def boxed(route, x):
+    """BoxingRoute.run, its result handed back to the allocator as the VM does when it dies."""
     def run():
-        result = [plan.run(x, world)]
+        result = [route.run(x, world)]
         prims.release(result)
     return run
 
 
-def dropped(plan, x):
-    return lambda: plan.run(x, world)
+def dropped(route, x):
+    return lambda: route.run(x, world)
 
 
 def cases(nbytes: int):
@@ -115,39 +115,39 @@ def cases(nbytes: int):
         shape = local_shape(meta.shape, both, (sbp,), rank)
         return np.ones(shape, np.float32)
 
-    def plan(src, dst, src_pl=both, dst_pl=both):
-        return boxing.plan(meta, src_pl, (src,), dst_pl, (dst,))
+    def route(src, dst, src_pl=both, dst_pl=both):
+        return boxing.route(meta, src_pl, (src,), dst_pl, (dst,))
 
     full, rows = piece(B), piece(S(0))
     out_full, out_rows = np.empty_like(full), np.empty_like(rows)
 
     x = full
-    yield ("P->B", plan(P, B), x,
+    yield ("P->B", route(P, B), x,
            lambda: raw.Allreduce([x, F], [out_full, F], MPI.SUM), "Allreduce")
-    yield ("P->S(0)", plan(P, S(0)), x,
+    yield ("P->S(0)", route(P, S(0)), x,
            lambda: raw.Reduce_scatter_block([x, F], [out_rows, F], MPI.SUM),
            "Reduce_scatter_block")
-    yield ("S(0)->B", plan(S(0), B), rows,
+    yield ("S(0)->B", route(S(0), B), rows,
            lambda: raw.Allgather([rows, F], [out_full, F]), "Allgather")
     packed = np.ascontiguousarray(rows.reshape(half, 2, half).transpose(1, 0, 2))
     out_cols = np.empty((side, half), np.float32)
-    yield ("S(0)->S(1)", plan(S(0), S(1)), rows,
+    yield ("S(0)->S(1)", route(S(0), S(1)), rows,
            lambda: raw.Alltoall([packed, F], [out_cols, F]), "Alltoall (pre-packed)")
 
     def pack_and_send():
         np.copyto(packed, rows.reshape(half, 2, half).transpose(1, 0, 2))
         raw.Alltoall([packed, F], [out_cols, F])
 
-    yield ("S(0)->S(1)", plan(S(0), S(1)), rows, pack_and_send, "raw+pack: copy + Alltoall")
+    yield ("S(0)->S(1)", route(S(0), S(1)), rows, pack_and_send, "raw+pack: copy + Alltoall")
     lo = rank * half
-    yield ("B->S(0)", plan(B, S(0)), full,
+    yield ("B->S(0)", route(B, S(0)), full,
            lambda: np.copyto(out_rows, full[lo:lo + half]), "NumPy slice copy")
 
     def pad():
         out_full.fill(0)
         out_full[lo:lo + half] = rows
 
-    yield ("S(0)->P", plan(S(0), P), rows, pad, "NumPy zeros + copy")
+    yield ("S(0)->P", route(S(0), P), rows, pad, "NumPy zeros + copy")
 
     def keep_or_zero():
         if rank == 0:
@@ -155,9 +155,9 @@ def cases(nbytes: int):
         else:
             out_full.fill(0)
 
-    yield ("B->P", plan(B, P), full, keep_or_zero, "NumPy copy / zeros")
+    yield ("B->P", route(B, P), full, keep_or_zero, "NumPy copy / zeros")
     one, other = placement("cpu", [0]), placement("cpu", [1])
-    move = plan(B, B, one, other)
+    move = route(B, B, one, other)
     local = full if rank == 0 else None
 
     def send_recv():
@@ -171,10 +171,10 @@ def cases(nbytes: int):
 
 rows_out = []
 for label, nbytes in SIZES.items():
-    for name, plan, x, raw_fn, raw_name in cases(nbytes):
+    for name, route, x, raw_fn, raw_name in cases(nbytes):
         (t_box, t_fresh, t_raw), (ratio, ratio_fresh) = compare(
-            [boxed(plan, x), dropped(plan, x), raw_fn], nbytes)
-        steps = " + ".join(s.name for s in plan.steps)
+            [boxed(route, x), dropped(route, x), raw_fn], nbytes)
+        steps = " + ".join(s.name for s in route.steps)
         rows_out.append((name, label, steps, raw_name, t_box, t_raw, ratio, ratio_fresh))
 
 if rank == 0:

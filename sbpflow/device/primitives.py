@@ -39,7 +39,7 @@ from .special import erf as _erf
 
 # inf and nan are values here, as in torch: NumPy's floating-point warnings (log(0), 0/0,
 # overflow) are not errors of the user's program, and torch prints none.  They are attributed
-# to the line that called NumPy, which is a primitive, a call plan's direct ufunc in the
+# to the line that called NumPy, which is a primitive, a cached call's direct ufunc in the
 # interpreter, or a graph's compiled step: any sbpflow module.  (sbpflow itself warns with
 # other categories.)
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"sbpflow\.")
@@ -250,7 +250,7 @@ class Primitives:
     def where(self, cond, a, b):
         return _arr(np.where(cond, a, b))
 
-    # -- direct forms (the interpreter's call plans) --------------------------------------
+    # -- direct forms (the interpreter's cached calls) ------------------------------------
     def direct_elementwise(self, op: str):
         """The array function that `unary(op, x)` / `binary(op, a, b)` apply to same-dtype
         arrays whose result is non-empty of rank >= 1 and smaller than the caching

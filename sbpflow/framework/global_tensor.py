@@ -146,10 +146,10 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
     elif _MULTI and _DIVERGENCE.on:
         key = (t._meta, src.placement, src.sbp, placement, sbp)
         _world().check_global_ops(_box_fingerprint(key), ("boxing",) + key, _describe_entry)
-    plan = boxing.plan(t._meta, src.placement, src.sbp, placement, sbp)
+    route = boxing.route(t._meta, src.placement, src.sbp, placement, sbp)
     rank = _rank()
     out, out_blob = _new_output(t._meta, t._device, placement, sbp, rank)
-    if rank not in plan.participants():
+    if rank not in route.participants():
         return out
     in_blob = t._blob
     in_src, in_dst = src.placement.has(rank), placement.has(rank)
@@ -157,12 +157,12 @@ def box(t: Tensor, placement: Placement, sbp: tuple) -> Tensor:
 
     def run():
         local = np.require(in_blob.array, requirements="C") if in_src else None  # keeps 0-d
-        res = plan.run(local, world)
+        res = route.run(local, world)
         if in_dst:
             out_blob.array = res
 
     if _box_hook is not None:  # sbpflow.profiler is recording: name the steps and bytes
-        run = _box_hook(run, plan, rank)
+        run = _box_hook(run, route, rank)
     _builder.collective("boxing", run, ins=(in_blob,), outs=(out_blob,) if in_dst else (),
                         reads=(t._storage,), writes=(out._storage,) if in_dst else (),
                         numel=t._meta.numel)
@@ -186,7 +186,7 @@ def consistency_check_enabled() -> bool:
     return _CHECK
 
 
-class _CallPlan(NamedTuple):
+class _GlobalCall(NamedTuple):
     """Everything about one global op call that depends only on its metadata (cached)."""
 
     out_metas: tuple
@@ -197,15 +197,15 @@ class _CallPlan(NamedTuple):
     fingerprint: int  # of the call's description, the same on every rank (divergence check)
 
 
-_PLANS: dict = {}
+_GLOBAL_CALLS: dict = {}
 
 
-def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _CallPlan:
+def _global_call(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _GlobalCall:
     try:
         values = tuple(attrs.values())
         key = (opdef.name, in_metas, in_sbps, placement, values, tuple(map(type, values)),
                creation_sbp)
-        hit = _PLANS.get(key)
+        hit = _GLOBAL_CALLS.get(key)
     except TypeError:
         key, hit = None, None
     if hit is not None:
@@ -217,7 +217,7 @@ def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _Cal
     out_gls = tuple(GlobalInfo(placement, s, _local_meta(m, placement, s, rank))
                     for m, s in zip(out_metas, out_sbps))
     member = placement.has(rank)
-    hit = _CallPlan(
+    hit = _GlobalCall(
         out_metas, want, tuple(_local_meta(m, placement, s, rank) for m, s in zip(in_metas, want)),
         out_gls,
         tuple(layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas, out_sbps))
@@ -225,8 +225,8 @@ def _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _Cal
         _fingerprint(_describe(opdef.name, placement, in_metas, in_sbps, attrs)) if _MULTI
         else 0,
     )
-    if key is not None and len(_PLANS) < 65536:
-        _PLANS[key] = hit
+    if key is not None and len(_GLOBAL_CALLS) < 65536:
+        _GLOBAL_CALLS[key] = hit
     return hit
 
 
@@ -289,19 +289,19 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
     in_sbps = tuple([t._gl.sbp for t in tensors])
     if _CHECK:
         _check_consistent(opdef.name, placement, in_metas, in_sbps, attrs)
-    plan = _call_plan(opdef, in_metas, in_sbps, placement, attrs, creation_sbp)
+    call = _global_call(opdef, in_metas, in_sbps, placement, attrs, creation_sbp)
     if _MULTI and _DIVERGENCE.on and not _CHECK:
-        _world().check_global_ops(plan.fingerprint,
+        _world().check_global_ops(call.fingerprint,
                                   (opdef.name, placement, in_metas, in_sbps, attrs),
                                   _describe_entry)
     boxed = tensors
-    if in_sbps != plan.want:
-        boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, plan.want)]
-    member = bool(plan.pieces)
-    out_metas = plan.out_metas
+    if in_sbps != call.want:
+        boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, call.want)]
+    member = bool(call.pieces)
+    out_metas = call.out_metas
     outs, out_blobs = [], []
     if opdef.view:
-        src, out_gl = boxed[0], plan.out_gls[0]
+        src, out_gl = boxed[0], call.out_gls[0]
         if src is not tensors[0]:
             # A view of a boxed copy: reading it is right, writing through it would miss
             # the tensor, so in-place writes refuse it (interpreter._match_global).
@@ -322,7 +322,7 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
         interpreter._link_view(outs[0], src, opdef, attrs)
         out_blobs.append(blob)
     else:
-        for m, gl in zip(out_metas, plan.out_gls):
+        for m, gl in zip(out_metas, call.out_gls):
             blob = Blob()
             if not member:
                 blob.array = _empty_piece(gl.local_meta, dev.prims)
@@ -334,9 +334,9 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
         gen = default_generator if generator is None else generator
         seed, offset = gen.take(dev.prims.words_used("normal", sum(m.numel for m in out_metas)))
     if member:
-        ctx = KernelContext(dev.prims, opdef.name, plan.in_local,
-                            tuple([gl.local_meta for gl in plan.out_gls]), in_metas, out_metas,
-                            plan.pieces, seed, offset)
+        ctx = KernelContext(dev.prims, opdef.name, call.in_local,
+                            tuple([gl.local_meta for gl in call.out_gls]), in_metas, out_metas,
+                            call.pieces, seed, offset)
         _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in boxed],
                          [t._storage for t in boxed], out_blobs,
                          () if opdef.view else [o._storage for o in outs],
@@ -390,7 +390,7 @@ def _check_consistent(name, placement, in_metas, in_sbps, attrs) -> None:
 # boxing folds a fingerprint of its description into a running hash that the ranks compare on
 # the first calls and then on a sample (`sbpflow.comm.communicator.SequenceCheck`), on a
 # private communicator, without draining the comm stream. The fingerprint hashes the text
-# that the full check compares, computed once per cached call plan.
+# that the full check compares, computed once per cached `_GlobalCall`.
 _MULTI = comm.is_multi_process()
 _DIVERGENCE = comm.communicator.DIVERGENCE
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # reprs of objects differ between processes

@@ -68,11 +68,11 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     """Run one op eagerly on local tensors.  Returns a Tensor or a tuple of them.
 
     This is the hot path of eager mode.  A call whose (op, input metas, attrs, device) was
-    seen before reuses its `_Plan` (no attr binding, meta inference or context building) and,
-    when the op is small and its stream idle, runs the kernel right here without building an
-    instruction (`_run_plan`).  Anything unusual (global tensors, an explicit device, random or
-    variadic ops, an unhashable attr) takes the general path below, which also raises every
-    error about bad input.
+    seen before reuses its cached `_LocalCall` (no attr binding, meta inference or context
+    building) and, when the op is small and its stream idle, runs the kernel right here without
+    building an instruction (`_run_local_call`).  Anything unusual (global tensors, an explicit
+    device, random or variadic ops, an unhashable attr) takes the general path below, which
+    also raises every error about bad input.
     """
     if _op_hook is not None and not _profiled:
         # sbpflow.profiler is recording: it times this call, re-entering with _profiled=True
@@ -80,7 +80,7 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     if _apply_lazy is not None and get_ident() == _lazy_thread:
         # inside nn.Graph.build() on the tracing thread: record into the Job instead
         return _apply_lazy(opdef, inputs, attrs, device, generator)
-    if device is None and opdef.plannable:
+    if device is None and opdef.call_cacheable:
         try:
             t0 = inputs[0]
             dev = t0._device
@@ -97,11 +97,11 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
                 key = (key, id(dev), _dtypes._default_float)
                 if attrs:
                     key = (key, tuple(attrs.items()), tuple(map(type, attrs.values())))
-                plan = opdef.plans.get(key)
-                if plan is None:
-                    plan = _new_plan(opdef, inputs, attrs, dev, key)
-                if plan is not None:
-                    return _run_plan(plan, inputs)
+                call = opdef.local_calls.get(key)
+                if call is None:
+                    call = _new_local_call(opdef, inputs, attrs, dev, key)
+                if call is not None:
+                    return _run_local_call(call, inputs)
         except (AttributeError, TypeError, IndexError):
             pass  # not all tensors, or an unhashable attr: the general path explains
     return _apply_general(opdef, inputs, attrs, device, generator)
@@ -187,9 +187,9 @@ def _pooled(out_metas, dev):
                  for m in out_metas)
 
 
-# -- call plans ----------------------------------------------------------------------------
+# -- cached calls --------------------------------------------------------------------------
 _POOLED_BYTES = LARGE
-_PLAN_LIMIT = 4096  # plans per op; beyond it calls still run, unplanned
+_LOCAL_CALL_LIMIT = 4096  # cached calls per op; beyond it calls still run, uncached
 _PLAIN_ATTR_TYPES = frozenset({int, float, bool, str, type(None), DType})
 
 
@@ -200,8 +200,8 @@ def _plain(v) -> bool:
     return type(v) in _PLAIN_ATTR_TYPES
 
 
-class _Plan:
-    """One op call as computed once for its (input metas, attrs, device, default dtype):
+class _LocalCall:
+    """One local op call as computed once for its (input metas, attrs, device, default dtype):
     bound attrs, output metas and strides, the kernel context, whether outputs are recycled
     through the allocator, the view layout, and whether the op can record autograd."""
 
@@ -228,15 +228,15 @@ class _Plan:
         self.grad = opdef.grad is not None
         self.single = len(out_metas) == 1
         self.fix = dev.prims.ensure_contiguous
-        # The op's specialised function for this plan (OpDef.specialize), for views and for
+        # The op's specialised function for this call (OpDef.specialize), for views and for
         # outputs small enough not to come from the caching allocator; None: the kernel runs.
         self.direct = None
         if opdef.specialize is not None and (opdef.view or not any(self.prims)):
             self.direct = opdef.specialize(self.ctx, attrs)
 
 
-def _new_plan(opdef, tensors, attrs, dev, key):
-    """The plan of a call not seen before (cached when its attrs are plain values), or None
+def _new_local_call(opdef, tensors, attrs, dev, key):
+    """The `_LocalCall` of a call not seen before (cached when its attrs are plain values), or None
     where the general path must run it.  Bad attrs and impossible shapes raise here, exactly
     as the general path raises them; nothing is cached then."""
     if len(tensors) != len(opdef.inputs):
@@ -251,39 +251,39 @@ def _new_plan(opdef, tensors, attrs, dev, key):
             return None  # view(dtype): the layout depends on the source's offset
         strides, offset = _view_layout(opdef, src, out_metas[0], bound)
         layout = (strides, offset - src._offset)
-    plan = _Plan(opdef, bound, in_metas, out_metas, dev, layout)
-    if len(opdef.plans) < _PLAN_LIMIT and all(_plain(v) for v in attrs.values()):
-        opdef.plans[key] = plan
-    return plan
+    call = _LocalCall(opdef, bound, in_metas, out_metas, dev, layout)
+    if len(opdef.local_calls) < _LOCAL_CALL_LIMIT and all(_plain(v) for v in attrs.values()):
+        opdef.local_calls[key] = call
+    return call
 
 
-def _run_plan(plan, tensors):
-    """Run a planned call: inline when the op is small and its stream idle (no instruction
+def _run_local_call(call, tensors):
+    """Run a cached call: inline when the op is small and its stream idle (no instruction
     object), else as one instruction handed to the VM.  Then record autograd."""
     outs = None
     vm = _machine._vm
     if vm is not None and _machine._tracer is None:
-        stream = vm.streams.get(plan.stream)
-        if stream is not None and (plan.numel < vm.inline_max or vm.mode is Mode.SYNC):
+        stream = vm.streams.get(call.stream)
+        if stream is not None and (call.numel < vm.inline_max or vm.mode is Mode.SYNC):
             if stream.completed != stream.issued:
                 # A small op joins its busy stream rather than queue behind it: queued small
                 # ops cost the worker a GIL hand-off each while this thread keeps the GIL busy
                 # (measured: the MLP step took 1.2x as long queued as run inline).
                 stream.wait(stream.issued)
-            outs = _run_inline(plan, tensors, vm, stream)
+            outs = _run_inline(call, tensors, vm, stream)
     if outs is None:
-        outs = _issue(plan.opdef, tensors, plan.attrs, plan.ctx, plan.dev, plan.prims)
-    if plan.grad and _grad_state.enabled:
+        outs = _issue(call.opdef, tensors, call.attrs, call.ctx, call.dev, call.prims)
+    if call.grad and _grad_state.enabled:
         for t in tensors:
             # The property for views: a view of a base that gained history refreshes.
             if t._requires_grad or (t._base is not None and t.requires_grad):
-                _record(plan.opdef, plan.attrs, tensors, outs, plan.in_metas, plan.out_metas,
-                        plan.dev)
+                _record(call.opdef, call.attrs, tensors, outs, call.in_metas, call.out_metas,
+                        call.dev)
                 break
-    return outs[0] if plan.single else tuple(outs)
+    return outs[0] if call.single else tuple(outs)
 
 
-def _run_inline(plan, tensors, vm, stream):
+def _run_inline(call, tensors, vm, stream):
     """The kernel run on this thread, in order on an idle stream, with the bookkeeping an
     instruction would get (a sequence number, the outputs' storage writes, errors raised as
     the VM raises an inline failure).  None, with nothing done, if an input is still being
@@ -306,31 +306,31 @@ def _run_inline(plan, tensors, vm, stream):
             arrays.append(a)
         stream.issued = seq
         try:
-            if plan.direct is not None:
-                res = plan.direct(*arrays)
+            if call.direct is not None:
+                res = call.direct(*arrays)
             else:
-                res = plan.kernel(plan.ctx, *arrays, **plan.attrs)
+                res = call.kernel(call.ctx, *arrays, **call.attrs)
         except BaseException as e:  # noqa: BLE001 - raised as the VM raises inline failures
             stream.completed = seq
-            vm.fail_inline(plan.name, e)
+            vm.fail_inline(call.name, e)
         stream.completed = seq
-    dev = plan.dev
-    if plan.view:
+    dev = call.dev
+    if call.view:
         src = tensors[0]
-        strides, delta = plan.view_layout
-        out = Tensor._make(Blob(res), plan.out_metas[0], dev, src._storage, strides,
+        strides, delta = call.view_layout
+        out = Tensor._make(Blob(res), call.out_metas[0], dev, src._storage, strides,
                            src._offset + delta)
-        _link_view(out, src, plan.opdef, plan.attrs)
+        _link_view(out, src, call.opdef, call.attrs)
         return (out,)
-    fix = plan.fix
-    if plan.single:
-        prims = plan.prims[0]
-        out = Tensor._output(Blob(fix(res)), plan.out_metas[0], dev, plan.out_strides[0], prims)
+    fix = call.fix
+    if call.single:
+        prims = call.prims[0]
+        out = Tensor._output(Blob(fix(res)), call.out_metas[0], dev, call.out_strides[0], prims)
         if prims is not None:  # recycled when it dies: its release must follow this write
             out._storage.last_write = (stream, seq)
         return (out,)
     outs = []
-    for arr, meta, strides, prims in zip(res, plan.out_metas, plan.out_strides, plan.prims):
+    for arr, meta, strides, prims in zip(res, call.out_metas, call.out_strides, call.prims):
         out = Tensor._output(Blob(fix(arr)), meta, dev, strides, prims)
         if prims is not None:
             out._storage.last_write = (stream, seq)

@@ -647,7 +647,8 @@ def _scalar_kernel(name):
 
 
 def _direct_scalar(name):
-    """specialize: x (op) s with the 0-d constant s made once per plan, when x needs no cast."""
+    """specialize: x (op) s with the 0-d constant s made once per cached call, when x
+    needs no cast."""
     def specialize(ctx, attrs):
         out = ctx.out_metas[0]
         if not out.shape or ctx.in_metas[0].dtype is not out.dtype:

@@ -177,7 +177,7 @@ def _relu_grad(ctx, g):
 def _relu_direct(ctx, attrs):
     """specialize: maximum(x, zeros) with the zeros made once, where x is in its compute dtype.
     The zeros have x's whole shape: NumPy's maximum against a broadcast 0-d zero is 1.3x
-    slower than against an array of the same shape (the plan only covers small outputs)."""
+    slower than against an array of the same shape (the cached call only covers small outputs)."""
     out = ctx.out_metas[0]
     if not out.shape or _compute_dtype(out.dtype) is not out.dtype:
         return None

@@ -191,7 +191,7 @@ class OpDef:
     # declared (every op with a grad must declare; the registry test checks).
     saves: tuple[str, ...] | None = None
     doc: str = ""
-    # Optional: specialize(ctx, attrs) -> fn(*arrays) or None.  Given one call plan's context
+    # Optional: specialize(ctx, attrs) -> fn(*arrays) or None.  Given one cached call's context
     # (metas, primitives) and bound attrs, a function that returns exactly what
     # kernel(ctx, *arrays, **attrs) returns, with the per-call dispatch (dtype checks,
     # constants, primitive lookup) done once.  Used for small outputs run inline; a test runs
@@ -211,10 +211,10 @@ class OpDef:
         self._diff_out = tuple(n not in self.nondiff for n in self.outputs)
         self._meta_cache: dict = {}
         self._saved_for_cache: dict = {}
-        # Call plans of the eager interpreter, by (default dtype, device, input metas, attrs):
-        # see framework/interpreter.py.  Random ops draw per call and get none.
-        self.plans: dict = {}
-        self.plannable = not (self.variadic or self.random)
+        # Cached local calls of the eager interpreter, by (default dtype, device, input
+        # metas, attrs): see framework/interpreter.py.  Random ops draw per call and get none.
+        self.local_calls: dict = {}
+        self.call_cacheable = not (self.variadic or self.random)
         in_names = tuple(n.lstrip("*") for n in self.inputs)
         if self.saves is None:
             self._saved_in, self._saved_out = None, None

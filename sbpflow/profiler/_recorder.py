@@ -150,27 +150,27 @@ def _actor_tracer(actor, inst, ins, outs):
             rec.events.append((actor.name, "actor", tid, t0, t1, args))
 
 
-def _box_hook(run, plan, rank):
+def _box_hook(run, route, rank):
     """The boxing's closure, timed as one event naming its steps, collectives and bytes (on
     the comm stream's track, nested in the "boxing" instruction that runs it)."""
     rec = _active
     if rec is None:
         return run
-    steps = plan.steps
+    steps = route.steps
     name = "boxing: " + (" + ".join(s.name for s in steps) if steps else "nothing")
     # The data each step handles: the block a collective works on, or the bytes a
-    # redistribution sends (as Plan.explain() prints them); "cost" is the cost model's.
+    # redistribution sends (as BoxingRoute.explain() prints them); "cost" is the cost model's.
     step_bytes = [int(getattr(s._move, "block_bytes", None)
                       or getattr(s._move, "moved_bytes", 0)) for s in steps]
     args = {
         "collectives": [s.name for s in steps],
         "bytes": sum(step_bytes),
         "step bytes": step_bytes,
-        "cost": plan.cost,
+        "cost": route.cost,
         "steps": [s.describe() for s in steps],
-        "shape": list(plan.meta.shape),
-        "from": f"{plan.src[1]} on ranks {plan.src[0].ranks}",
-        "to": f"{plan.dst[1]} on ranks {plan.dst[0].ranks}",
+        "shape": list(route.meta.shape),
+        "from": f"{route.src[1]} on ranks {route.src[0].ranks}",
+        "to": f"{route.dst[1]} on ranks {route.dst[0].ranks}",
         "rank": rank,
     }
 

@@ -1,8 +1,8 @@
-"""SBP values, placements, piece layout, signature inference and boxing plans.
+"""SBP values, placements, piece layout, signature inference and boxing routes.
 
 `flow.sbp.split(i)`, `flow.sbp.broadcast`, `flow.sbp.partial_sum`; `flow.placement(type,
 ranks)`. This layer computes on metadata and NumPy pieces only; the framework above runs its
-plans as VM instructions.
+routes as VM instructions.
 """
 
 from .layout import (

@@ -1,9 +1,9 @@
 """Boxing: turn a global tensor's piece under one (placement, nd-SBP) into its piece under another.
 
-OneFlow's boxing. A transition is planned once per (logical meta, source, destination) and the
-plan is cached; running it is the collectives plus at most a copy or two.
+OneFlow's boxing. A transition is routed once per (logical meta, source, destination) and the
+route (`BoxingRoute`) is cached; running it is the collectives plus at most a copy or two.
 
-How a plan is found:
+How a route is found:
 
 - Same placement: one grid axis at a time. Each axis whose SBP differs changes once, by the
   1-D rule of `_RULES` (a table from (source kind, target kind) to a named step), inside the
@@ -20,7 +20,7 @@ How a plan is found:
 Cost model (OneFlow's; T = logical bytes of the block an axis step works on, n = ranks in a
 group): same 0; B->S 1; S(i)->S(j) T(n-1)/n; P->S and S->B T(n-1); P->B 2T(n-1); anything->P
 T*n*10, so a signature that wants a P input loses unless the input already is P. The general
-path costs the bytes it actually moves. An nd plan costs the sum over its steps, each axis step
+path costs the bytes it actually moves. An nd route costs the sum over its steps, each axis step
 counted once per group.
 
 Results and scratch buffers come from the device's caching allocator, so a large piece reuses a
@@ -306,7 +306,7 @@ def _rule(src: Sbp, dst: Sbp, n: int) -> _Rule:
     return _RULES[_kind(src), _kind(dst)]
 
 
-# -- routes: the abstract steps, shared by cost() and plan() --------------------------------
+# -- routes: the abstract steps, shared by cost() and route() -------------------------------
 class _AxisMove(NamedTuple):
     """Change grid axis `axis` of `before` to `after[axis]` inside the groups along it."""
 
@@ -434,8 +434,8 @@ def _redistribute(meta, sp, ss, dp, ds) -> _Redistribute:
 
 
 @lru_cache(maxsize=4096)
-def _route(meta, sp, ss, dp, ds) -> tuple:
-    """The abstract steps of a transition (cached; plan() and cost() share them)."""
+def _moves_of(meta, sp, ss, dp, ds) -> tuple:
+    """The abstract steps of a transition (cached; route() and cost() share them)."""
     if sp == dp:
         if ss == ds:
             return (_axis_move(meta, sp, ss, 0, ss[0]),)  # a copy: S(0) -> S(0)
@@ -469,9 +469,9 @@ def _check(fn: str, meta, src_placement, src_sbp, dst_placement, dst_sbp) -> Non
         check_split_axes(sbp, len(shape), fn, f"{arg}_sbp")
 
 
-# -- steps and plans ----------------------------------------------------------------------
+# -- steps and routes ---------------------------------------------------------------------
 class Step:
-    """One named step of a plan: `name`, a one-line `describe()`, `cost` in bytes."""
+    """One named step of a route: `name`, a one-line `describe()`, `cost` in bytes."""
 
     __slots__ = ("name", "cost", "_move", "_text")
 
@@ -523,10 +523,10 @@ def _describe(move, identity: bool) -> str:
     return text
 
 
-class Plan:
+class BoxingRoute:
     """How to box one (meta, src placement, src nd-SBP) into (dst placement, dst nd-SBP).
 
-    Built once (cached by `plan`) and run by every participating rank. Frozen after building
+    Built once (cached by `route`) and run by every participating rank. Frozen after building
     except for `_prepared`, the per-rank closures made on the first `run`.
     """
 
@@ -546,8 +546,9 @@ class Plan:
         self._participants = tuple(sorted(set(src[0].rank_list) | set(dst[0].rank_list)))
 
     def __repr__(self):
-        return (f"<boxing.Plan {_fmt(self.src[1])} on {self.src[0].ranks} -> {_fmt(self.dst[1])} "
-                f"on {self.dst[0].ranks}, {len(self.steps)} step(s), cost {self.cost:g}>")
+        return (f"<boxing.BoxingRoute {_fmt(self.src[1])} on {self.src[0].ranks} -> "
+                f"{_fmt(self.dst[1])} on {self.dst[0].ranks}, {len(self.steps)} step(s), "
+                f"cost {self.cost:g}>")
 
     def explain(self) -> str:
         return "\n".join(s.describe() for s in self.steps)
@@ -569,7 +570,7 @@ class Plan:
         if want is None:
             if local is not None:
                 raise ValueError(
-                    f"boxing.Plan.run(): rank {world.rank} is not in the source placement "
+                    f"boxing.BoxingRoute.run(): rank {world.rank} is not in the source placement "
                     f"{self.src[0].ranks}, so local must be None, got an array of shape "
                     f"{getattr(local, 'shape', None)}"
                 )
@@ -578,7 +579,7 @@ class Plan:
             got = (f"{local.dtype} {local.shape}" if isinstance(local, np.ndarray)
                    else repr(type(local).__name__))
             raise ValueError(
-                f"boxing.Plan.run(): local must be rank {world.rank}'s piece under "
+                f"boxing.BoxingRoute.run(): local must be rank {world.rank}'s piece under "
                 f"{_fmt(self.src[1])}: a {self._dtype} array of shape {want}, got {got}"
             )
         for fn in fns:
@@ -591,8 +592,8 @@ class Plan:
         rank = world.rank
         if rank not in self.participants():
             raise ValueError(
-                f"boxing.Plan.run(): rank {rank} is not a participant {list(self.participants())}"
-                f" of {self!r}; only those ranks may call run()"
+                f"boxing.BoxingRoute.run(): rank {rank} is not a participant "
+                f"{list(self.participants())} of {self!r}; only those ranks may call run()"
             )
         src_placement, src_sbp = self.src
         want = (local_shape(self.meta.shape, src_placement, src_sbp, rank)
@@ -661,28 +662,28 @@ def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world, mem):
 
 
 # -- the public API -----------------------------------------------------------------------
-def plan(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
-         dst_sbp: tuple) -> Plan:
-    """The plan that boxes a tensor of `meta` from (src placement, nd-SBP) to (dst ...).
+def route(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
+          dst_sbp: tuple) -> BoxingRoute:
+    """The route that boxes a tensor of `meta` from (src placement, nd-SBP) to (dst ...).
 
-    Cached: the same arguments give the same Plan object."""
+    Cached: the same arguments give the same BoxingRoute object."""
     try:
-        return _plan(meta, src_placement, src_sbp, dst_placement, dst_sbp)
+        return _route(meta, src_placement, src_sbp, dst_placement, dst_sbp)
     except TypeError:  # unhashable arguments: say which one is wrong
-        _check("boxing.plan", meta, src_placement, src_sbp, dst_placement, dst_sbp)
+        _check("boxing.route", meta, src_placement, src_sbp, dst_placement, dst_sbp)
         raise
 
 
 @lru_cache(maxsize=4096)
-def _plan(meta, src_placement, src_sbp, dst_placement, dst_sbp) -> Plan:
-    _check("boxing.plan", meta, src_placement, src_sbp, dst_placement, dst_sbp)
-    moves = _route(meta, src_placement, src_sbp, dst_placement, dst_sbp)
-    return Plan(meta, (src_placement, src_sbp), (dst_placement, dst_sbp), moves)
+def _route(meta, src_placement, src_sbp, dst_placement, dst_sbp) -> BoxingRoute:
+    _check("boxing.route", meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    moves = _moves_of(meta, src_placement, src_sbp, dst_placement, dst_sbp)
+    return BoxingRoute(meta, (src_placement, src_sbp), (dst_placement, dst_sbp), moves)
 
 
 def cost(meta, src_placement: Placement, src_sbp: tuple, dst_placement: Placement,
          dst_sbp: tuple) -> float:
-    """The copy cost of a transition (bytes, with anything -> P penalised), without a plan."""
+    """The copy cost of a transition (bytes, with anything -> P penalised), without a route."""
     try:
         return _cost(meta, src_placement, src_sbp, dst_placement, dst_sbp)
     except TypeError:  # unhashable arguments: say which one is wrong
@@ -700,11 +701,11 @@ def _cost(meta, src_placement, src_sbp, dst_placement, dst_sbp) -> float:
         n = src_placement.size
         t = math.prod(meta.shape) * _np_dtype(meta.dtype).itemsize
         return float(_rule(src_sbp[0], dst_sbp[0], n).cost(t, n))
-    return float(sum(m.cost for m in _route(meta, src_placement, src_sbp, dst_placement,
-                                            dst_sbp)))
+    return float(sum(m.cost for m in _moves_of(meta, src_placement, src_sbp, dst_placement,
+                                               dst_sbp)))
 
 
-plan.cache_info, plan.cache_clear = _plan.cache_info, _plan.cache_clear
+route.cache_info, route.cache_clear = _route.cache_info, _route.cache_clear
 cost.cache_info, cost.cache_clear = _cost.cache_info, _cost.cache_clear
 
 
@@ -722,7 +723,7 @@ def explain(tensor, placement: Placement, sbp) -> str:
     meta = TensorMeta(tuple(tensor.shape), tensor.dtype)
     dst_sbp = normalize_sbp(sbp, placement, "boxing.explain")
     check_split_axes(dst_sbp, len(meta.shape), "boxing.explain")
-    return plan(meta, src_placement, tuple(tensor.sbp), placement, dst_sbp).explain()
+    return route(meta, src_placement, tuple(tensor.sbp), placement, dst_sbp).explain()
 
 
 class _NcclSettings:
@@ -790,4 +791,4 @@ class _NcclSettings:
 
 nccl = _NcclSettings()
 
-__all__ = ["Plan", "Step", "cost", "explain", "nccl", "plan"]
+__all__ = ["BoxingRoute", "Step", "cost", "explain", "nccl", "route"]

@@ -2,7 +2,7 @@
 
 Nested ranks give a hierarchy: `placement("cpu", [[0, 1], [2, 3]])` is a 2x2 grid, and an
 nd-SBP then gives one SBP per grid axis. A placement is frozen and hashable, so signature
-inference and boxing plans can be cached on it.
+inference and boxing routes can be cached on it.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ class VirtualMachine:
             self._errors.append((instr.owner or get_ident(), err))
 
     def fail_inline(self, name: str, err: BaseException):
-        """A kernel run inline without an instruction (the interpreter's planned calls) raised
+        """A kernel run inline without an instruction (the interpreter's cached calls) raised
         err: raise it as a failed inline instruction raises (after any older error of this
         thread's work)."""
         self._errors.append((get_ident(), _wrap_error(name, None, err)))

@@ -178,7 +178,7 @@ def _count_kernels(monkeypatch, names):
             return _kernel(*args, **kw)
 
         monkeypatch.setattr(opdef, "kernel", counted)
-        monkeypatch.setattr(opdef, "plans", {})  # call plans hold the kernel they were made with
+        monkeypatch.setattr(opdef, "local_calls", {})  # cached calls hold their kernel
     return counts
 
 
@@ -256,7 +256,7 @@ def test_projected_lstms_keep_the_step_path(monkeypatch):
     opdef = registry.get("lstm_cell")
     kernel = opdef.kernel
     monkeypatch.setattr(opdef, "kernel", lambda *a, **k: (seen.append(1), kernel(*a, **k))[1])
-    monkeypatch.setattr(opdef, "plans", {})  # call plans hold the kernel they were made with
+    monkeypatch.setattr(opdef, "local_calls", {})  # cached calls hold their kernel
     flow.nn.LSTM(3, 4, proj_size=2)(flow.randn(5, 2, 3))
     flow.synchronize()
     assert len(seen) == 5

@@ -99,7 +99,7 @@ def test_float_and_nonzero_integer_division_are_unchanged():
 
 def test_non_finite_results_print_no_numpy_warnings():
     """inf and NaN results are values, as in torch: no NumPy RuntimeWarning reaches the user
-    from any path that computes them (a call plan's inline ufunc, the primitives on the VM
+    from any path that computes them (a cached call's inline ufunc, the primitives on the VM
     worker, a reduction, an nn.Graph step), even under `-W default`."""
     code = textwrap.dedent("""
         import sbpflow as flow

@@ -3,8 +3,8 @@
 Run as `mpiexec -n N python -m mpi4py tests/sbp/boxing_check.py` (N = 2 or 4); launched by
 tests/sbp/test_boxing.py. All ranks build the same logical array from a seed; each rank cuts
 its source piece with NumPy slicing (`layout.piece`); for a P source the pieces are random
-integer summands whose sum is exact in every dtype. After `Plan.run`, a rank's piece must equal
-the NumPy slice of the logical array; for a P destination the pieces of each P group are
+integer summands whose sum is exact in every dtype. After `BoxingRoute.run`, a rank's piece
+must equal the NumPy slice of the logical array; for a P destination the pieces of each P group are
 gathered and must add up to it. Also checked: shape, dtype, C order, no aliasing of the input,
 a second run (the prepared path) gives the same, and `explain` names the expected step.
 Prints "rank R: N cases passed" at the end; any failure raises, and the job aborts.
@@ -102,22 +102,22 @@ def check(shape, dtype, src_pl, src_sbp, dst_pl, dst_sbp, seed):
     label = (f"{shape} {dtype} {src_sbp} on {src_pl.ranks} -> {dst_sbp} on {dst_pl.ranks}")
     meta = TensorMeta(shape, dtype)
     logical = logical_array(shape, dtype, seed)
-    plan = boxing.plan(meta, src_pl, src_sbp, dst_pl, dst_sbp)
-    text = plan.explain()
+    route = boxing.route(meta, src_pl, src_sbp, dst_pl, dst_sbp)
+    text = route.explain()
     want_name = expected_name(src_pl, src_sbp, dst_pl, dst_sbp)
     if want_name is not None:
         assert want_name in text, f"{label}: explain {text!r} lacks {want_name!r}"
     if src_pl != dst_pl:
         assert "send_recv" in text or "local_copy" in text, f"{label}: explain {text!r}"
-    assert len(text.splitlines()) == len(plan.steps), f"{label}: {text!r}"
-    assert plan.participants() == tuple(sorted(set(src_pl.rank_list) | set(dst_pl.rank_list)))
+    assert len(text.splitlines()) == len(route.steps), f"{label}: {text!r}"
+    assert route.participants() == tuple(sorted(set(src_pl.rank_list) | set(dst_pl.rank_list)))
 
     out = None
-    if rank in plan.participants():
+    if rank in route.participants():
         local = (source_piece(logical, src_pl, src_sbp, rank, seed) if src_pl.has(rank)
                  else None)
         before = None if local is None else local.copy()
-        out = plan.run(local, world)
+        out = route.run(local, world)
         if local is not None:
             assert np.array_equal(local, before), f"{label}: run() wrote into its input"
         if dst_pl.has(rank):
@@ -134,7 +134,7 @@ def check(shape, dtype, src_pl, src_sbp, dst_pl, dst_sbp, seed):
         else:
             assert out is None, f"{label}: rank {rank} is not in dst but got {out!r}"
         # The prepared path: a second run on the same input gives the same piece.
-        again = plan.run(None if local is None else local.copy(), world)
+        again = route.run(None if local is None else local.copy(), world)
         assert (again is None and out is None) or np.array_equal(again, out), (
             f"{label}: second run differs")
     if P in dst_sbp:
@@ -210,8 +210,8 @@ else:
     seed = run_all([(row, row), (col, col), (row, col), (col, both)], nd_sbps, nd_sbps,
                    [(4, 6), (3, 1)], DTYPES, seed)
 
-# A rank outside the plan's placements may not run it: a clear error, before any message.
-only0 = boxing.plan(TensorMeta((2,), D.float32), pl([0]), (B,), pl([0]), (S(0),))
+# A rank outside the route's placements may not run it: a clear error, before any message.
+only0 = boxing.route(TensorMeta((2,), D.float32), pl([0]), (B,), pl([0]), (S(0),))
 if rank != 0:
     try:
         only0.run(None, world)

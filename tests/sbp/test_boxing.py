@@ -1,7 +1,7 @@
-"""Placements, piece layout and boxing plans in one process; every transition under MPI.
+"""Placements, piece layout and boxing routes in one process; every transition under MPI.
 
-Plans are metadata: building one needs no other rank, so the single-process tests here build
-placements of up to 4 ranks with the world size patched (`world_of`). Running plans across
+Routes are metadata: building one needs no other rank, so the single-process tests here build
+placements of up to 4 ranks with the world size patched (`world_of`). Running routes across
 ranks is checked exhaustively by tests/sbp/boxing_check.py under `mpiexec -n 2` and `-n 4`.
 """
 
@@ -45,7 +45,7 @@ def kind(x):
 
 @pytest.fixture
 def world_of(monkeypatch):
-    """Let placements name ranks up to n-1 in this single process (plans need no peers)."""
+    """Let placements name ranks up to n-1 in this single process (routes need no peers)."""
 
     def patch(n):
         monkeypatch.setattr(comm, "get_world_size", lambda: n)
@@ -139,23 +139,23 @@ def test_normalize_sbp_errors(world_of):
         S(-1)
 
 
-# -- plans and explain ---------------------------------------------------------------------
+# -- routes and explain ---------------------------------------------------------------------
 def test_explain_strings(world_of):
     world_of(4)
     two = placement("cpu", [0, 1])
-    plan = boxing.plan(MB4, two, (P,), two, (B,))
-    assert plan.explain() == "P -> B: all_reduce over ranks [0, 1], 4.0 MB"
-    assert boxing.plan(MB4, two, (S(0),), two, (S(0),)).explain() == "S(0) -> S(0): nothing to do"
-    assert boxing.plan(MB4, two, (B,), two, (S(1),)).explain() == (
+    route = boxing.route(MB4, two, (P,), two, (B,))
+    assert route.explain() == "P -> B: all_reduce over ranks [0, 1], 4.0 MB"
+    assert boxing.route(MB4, two, (S(0),), two, (S(0),)).explain() == "S(0) -> S(0): nothing to do"
+    assert boxing.route(MB4, two, (B,), two, (S(1),)).explain() == (
         "B -> S(1): slice on ranks [0, 1], 4.0 MB")
     grid = placement("cpu", [[0, 1], [2, 3]])
-    lines = boxing.plan(MB4, grid, (S(0), S(1)), grid, (B, B)).explain().splitlines()
+    lines = boxing.route(MB4, grid, (S(0), S(1)), grid, (B, B)).explain().splitlines()
     assert lines == [
         "(S(0), S(1)) -> (S(0), B): all_gather along grid axis 1 over ranks [[0, 1], [2, 3]], "
         "2.0 MB per group",
         "(S(0), B) -> (B, B): all_gather along grid axis 0 over ranks [[0, 2], [1, 3]], "
         "4.0 MB per group"]
-    moved = boxing.plan(MB4, two, (S(0),), placement("cpu", [2, 3]), (S(0),)).explain()
+    moved = boxing.route(MB4, two, (S(0),), placement("cpu", [2, 3]), (S(0),)).explain()
     assert moved == ("S(0) on ranks [0, 1] -> S(0) on ranks [2, 3]: send_recv of intersecting "
                      "slices, 2 messages (4.0 MB) and 0 local copies")
 
@@ -175,20 +175,20 @@ def test_flow_boxing_explain_takes_a_tensor(world_of):
 
 
 @pytest.mark.parametrize("n", [2, 4])
-def test_plan_table_covers_every_1d_pair(world_of, n):
+def test_route_table_covers_every_1d_pair(world_of, n):
     world_of(4)
     p = placement("cpu", list(range(n)))
     for src, dst in itertools.product(SBP_1D, repeat=2):
-        plan = boxing.plan(MB4, p, (src,), p, (dst,))
-        assert len(plan.steps) == 1, plan.explain()
-        step = plan.steps[0]
+        route = boxing.route(MB4, p, (src,), p, (dst,))
+        assert len(route.steps) == 1, route.explain()
+        step = route.steps[0]
         want = "copy" if src == dst else STEP_NAME[kind(src), kind(dst)]
         assert step.name == want, (src, dst, step.name)
-        assert step.describe() == plan.explain()
-        assert plan.participants() == tuple(range(n))
-        assert plan.src == (p, (src,)) and plan.dst == (p, (dst,))
-        assert plan.cost == step.cost == boxing.cost(MB4, p, (src,), p, (dst,))
-        assert boxing.plan(MB4, p, (src,), p, (dst,)) is plan  # cached
+        assert step.describe() == route.explain()
+        assert route.participants() == tuple(range(n))
+        assert route.src == (p, (src,)) and route.dst == (p, (dst,))
+        assert route.cost == step.cost == boxing.cost(MB4, p, (src,), p, (dst,))
+        assert boxing.route(MB4, p, (src,), p, (dst,)) is route  # cached
 
 
 def test_cost_model_order_and_values(world_of):
@@ -222,13 +222,13 @@ def test_nd_routes_middle_states_and_fallback(world_of):
     grid = placement("cpu", [[0, 1], [2, 3]])
 
     def names(src, dst):
-        return [s.name for s in boxing.plan(MB4, grid, src, grid, dst).steps]
+        return [s.name for s in boxing.route(MB4, grid, src, grid, dst).steps]
 
     assert names((P, P), (B, B)) == ["all_reduce", "all_reduce"]
     assert names((S(0), B), (S(0), S(1))) == ["slice"]
     # (S0, B) -> (B, S0) must gather first: slicing axis 1 first would leave (S0, S0), whose
     # axis 0 can no longer be gathered on its own.
-    text = boxing.plan(MB4, grid, (S(0), B), grid, (B, S(0))).explain()
+    text = boxing.route(MB4, grid, (S(0), B), grid, (B, S(0))).explain()
     assert text.splitlines()[0].startswith("(S(0), B) -> (B, B): all_gather along grid axis 0")
     assert text.splitlines()[1].startswith("(B, B) -> (B, S(0)): slice along grid axis 1")
     # No axis order is valid: the general path moves the intersecting slices.
@@ -239,24 +239,24 @@ def test_nd_routes_middle_states_and_fallback(world_of):
     assert names((P, S(0)), (S(1), S(0))) == ["reduce_scatter"]  # axis 0 alone is valid
     # A grid axis of one rank: the step is a copy.
     col = placement("cpu", [[0], [1]])
-    assert [s.name for s in boxing.plan(MB4, col, (S(0), P), col, (S(0), B)).steps] == ["copy"]
+    assert [s.name for s in boxing.route(MB4, col, (S(0), P), col, (S(0), B)).steps] == ["copy"]
 
 
 def test_general_path_to_p_keeps_data_on_one_rank(world_of):
     world_of(4)
-    plan = boxing.plan(MB4, placement("cpu", [0, 1]), (P,), placement("cpu", [1, 2, 3]), (P,))
-    assert [s.name for s in plan.steps] == ["reduce_scatter", "send_recv"]
-    assert "one rank per P group holds the data" in plan.explain()
-    assert plan.participants() == (0, 1, 2, 3)
+    route = boxing.route(MB4, placement("cpu", [0, 1]), (P,), placement("cpu", [1, 2, 3]), (P,))
+    assert [s.name for s in route.steps] == ["reduce_scatter", "send_recv"]
+    assert "one rank per P group holds the data" in route.explain()
+    assert route.participants() == (0, 1, 2, 3)
 
 
-def test_plan_argument_errors(world_of):
+def test_route_argument_errors(world_of):
     world_of(2)
     two = placement("cpu", [0, 1])
-    with pytest.raises(ValueError, match=r"boxing.plan\(\): src_sbp must be a tuple of 1 SBP"):
-        boxing.plan(MB4, two, (S(0), B), two, (B,))
-    with pytest.raises(IndexError, match=r"boxing.plan\(\): argument 'dst_sbp' splits axis 3"):
-        boxing.plan(MB4, two, (B,), two, (S(3),))
+    with pytest.raises(ValueError, match=r"boxing.route\(\): src_sbp must be a tuple of 1 SBP"):
+        boxing.route(MB4, two, (S(0), B), two, (B,))
+    with pytest.raises(IndexError, match=r"boxing.route\(\): argument 'dst_sbp' splits axis 3"):
+        boxing.route(MB4, two, (B,), two, (S(3),))
     with pytest.raises(TypeError, match=r"boxing.cost\(\): dst_placement must be a placement"):
         boxing.cost(MB4, two, (B,), [0, 1], (B,))
 
@@ -268,27 +268,27 @@ def test_run_on_one_rank_is_a_fresh_copy_of_the_value():
     meta = TensorMeta((3, 4), D.float64)
     x = np.arange(12.0).reshape(3, 4)
     for src, dst in itertools.product(SBP_1D, repeat=2):
-        plan = boxing.plan(meta, one, (src,), one, (dst,))
-        out = plan.run(x, world)
+        route = boxing.route(meta, one, (src,), one, (dst,))
+        out = route.run(x, world)
         assert np.array_equal(out, x) and not np.shares_memory(out, x)
         assert out.flags.c_contiguous and out.dtype == np.float64
     # A non-contiguous input works too.
-    out = boxing.plan(meta, one, (S(1),), one, (B,)).run(np.asfortranarray(x), world)
+    out = boxing.route(meta, one, (S(1),), one, (B,)).run(np.asfortranarray(x), world)
     assert np.array_equal(out, x) and out.flags.c_contiguous
 
 
 def test_run_checks_its_input():
     world = comm.world()
     one = placement("cpu", [0])
-    plan = boxing.plan(TensorMeta((3, 4), D.float32), one, (P,), one, (B,))
+    route = boxing.route(TensorMeta((3, 4), D.float32), one, (P,), one, (B,))
     with pytest.raises(ValueError, match=re.escape(
-            "boxing.Plan.run(): local must be rank 0's piece under P: a float32 array of shape "
-            "(3, 4), got float64 (3, 4)")):
-        plan.run(np.zeros((3, 4)), world)
+            "boxing.BoxingRoute.run(): local must be rank 0's piece under P: a float32 array of "
+            "shape (3, 4), got float64 (3, 4)")):
+        route.run(np.zeros((3, 4)), world)
     with pytest.raises(ValueError, match="got float32 \\(4, 3\\)"):
-        plan.run(np.zeros((4, 3), np.float32), world)
+        route.run(np.zeros((4, 3), np.float32), world)
     with pytest.raises(ValueError, match="got 'NoneType'"):
-        plan.run(None, world)
+        route.run(None, world)
 
 
 # -- every transition across ranks ------------------------------------------------------

@@ -178,7 +178,7 @@ def test_eager_global_ops_take_their_signature_from_sbp_infer(monkeypatch):
     import sbpflow as flow
     from sbpflow.framework import global_tensor
 
-    monkeypatch.setattr(global_tensor, "_PLANS", {})
+    monkeypatch.setattr(global_tensor, "_GLOBAL_CALLS", {})
     calls = []
     real = infer.choose_signature
 

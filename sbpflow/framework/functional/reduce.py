@@ -67,7 +67,7 @@ def _numpy_named(name, dim, keepdim, axis, keepdims):
 def sum(input, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  # noqa: A001
     if (dim is None and keepdim is False and dtype is None and axis is None
             and keepdims is None):
-        return _apply(_SUM, (input,), {})  # the common call: its plan key is the shortest
+        return _apply(_SUM, (input,), {})  # the common call: its cache key is the shortest
     dim, keepdim = _numpy_named("sum", dim, keepdim, axis, keepdims)
     return _apply(_SUM, (input,), {"dim": dim, "keepdim": keepdim, "dtype": dtype})
 

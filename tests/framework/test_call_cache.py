@@ -1,6 +1,6 @@
-"""The eager interpreter's call plans and inline path (framework/interpreter.py).
+"""The eager interpreter's cached calls and inline path (framework/interpreter.py).
 
-A call whose (op, input metas, attrs, device, default dtype) was seen before reuses its plan:
+A call whose (op, input metas, attrs, device, default dtype) was seen before reuses its cached call:
 no attr binding or meta inference.  A small op on an idle stream runs inline with no
 instruction object.  None of that may change a result or an error."""
 
@@ -31,7 +31,7 @@ def _variants(sample):
 
 @pytest.mark.parametrize("name", _SPECIALIZED)
 def test_specialized_functions_equal_the_kernel_bitwise(name):
-    """OpDef.specialize returns a function the plan calls instead of the kernel: on every
+    """OpDef.specialize returns a function the cached call runs instead of the kernel: on every
     sample where it applies, it returns the kernel's array bit for bit (values, dtype,
     shape, NaNs)."""
     opdef = registry.get(name)
@@ -74,19 +74,19 @@ def _counting(monkeypatch, obj, attr):
     return calls
 
 
-def test_a_plan_hit_binds_no_attrs_and_infers_no_meta(monkeypatch):
+def test_a_cache_hit_binds_no_attrs_and_infers_no_meta(monkeypatch):
     opdef = registry.get("add_scalar")
     x = flow.ones(3, 5)
-    x + 2.5  # noqa: B018 - make the plan
+    x + 2.5  # noqa: B018 - make the cached call
     binds = _counting(monkeypatch, opdef, "bind_attrs")
     metas = _counting(monkeypatch, opdef, "meta")
-    plans = _counting(monkeypatch, interpreter, "_new_plan")
+    news = _counting(monkeypatch, interpreter, "_new_local_call")
     for _ in range(5):
         y = x + 2.5
     np.testing.assert_array_equal(y.numpy(), np.full((3, 5), 3.5, np.float32))
-    assert (len(binds), len(metas), len(plans)) == (0, 0, 0)
-    x + 1.5  # noqa: B018 - another attr value: a new plan
-    assert len(plans) == 1
+    assert (len(binds), len(metas), len(news)) == (0, 0, 0)
+    x + 1.5  # noqa: B018 - another attr value: a new cached call
+    assert len(news) == 1
 
 
 def test_small_ops_run_inline_without_instruction_objects(monkeypatch):
@@ -114,7 +114,7 @@ def test_large_or_forced_ops_still_go_to_the_worker():
 
 
 def test_an_input_still_being_produced_takes_the_ordered_path():
-    """The producer runs on the worker; the next (planned) op must wait for it, not read a
+    """The producer runs on the worker; the next (cached) op must wait for it, not read a
     missing array."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 64)).astype(np.float32)
@@ -123,19 +123,19 @@ def test_an_input_still_being_produced_takes_the_ordered_path():
     for _ in range(20):
         with flow.vm.inline_max(0):
             h = flow.matmul(x, x).tanh()
-        out = h * 2  # planned, issued while the worker may still run the matmul
+        out = h * 2  # cached, issued while the worker may still run the matmul
         np.testing.assert_array_equal(out.numpy(), expected)
 
 
-def test_bad_input_raises_the_same_error_with_a_plan():
+def test_bad_input_raises_the_same_error_with_a_cached_call():
     a, b = flow.ones(2, 3), flow.ones(2, 3)
-    a + b  # noqa: B018 - plan for (2, 3) + (2, 3)
-    with pytest.raises(RuntimeError, match="must match the size") as planned:
+    a + b  # noqa: B018 - cached call for (2, 3) + (2, 3)
+    with pytest.raises(RuntimeError, match="must match the size") as cached:
         a + flow.ones(4)
-    interpreter.registry.get("add").plans.clear()
+    interpreter.registry.get("add").local_calls.clear()
     with pytest.raises(RuntimeError, match="must match the size") as fresh:
         a + flow.ones(4)
-    assert str(planned.value) == str(fresh.value)
+    assert str(cached.value) == str(fresh.value)
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         interpreter.apply(registry.get("add_scalar"), (a,), {"other": 1, "bogus": 2})
 
@@ -149,7 +149,7 @@ def test_kernel_errors_raise_at_the_call_every_time():
         x // 0
 
 
-def test_attr_value_types_get_their_own_plans():
+def test_attr_value_types_get_their_own_cached_calls():
     """1, 1.0 and True are equal dict keys but promote differently (torch as the oracle)."""
     for other in (1, 1.0, True, 1, True, 1.0):
         got = flow.tensor([1, 2]) + other
@@ -158,7 +158,7 @@ def test_attr_value_types_get_their_own_plans():
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
-def test_a_change_of_default_dtype_is_seen_by_planned_calls():
+def test_a_change_of_default_dtype_is_seen_by_cached_calls():
     x = flow.tensor([1, 4])
     assert x.sqrt().dtype == flow.float32
     previous = flow.get_default_dtype()
@@ -171,10 +171,10 @@ def test_a_change_of_default_dtype_is_seen_by_planned_calls():
     assert x.sqrt().dtype == flow.float32
 
 
-def test_plans_record_autograd_like_the_general_path():
+def test_cached_calls_record_autograd_like_the_general_path():
     rng = np.random.default_rng(1)
     a = rng.standard_normal((3, 4)).astype(np.float32)
-    for _ in range(2):  # the second round runs on plans
+    for _ in range(2):  # the second round runs on cached calls
         x = flow.tensor(a, requires_grad=True)
         y = ((x * x).relu() + 1).sum()
         y.backward()
@@ -199,7 +199,7 @@ def test_small_outputs_have_no_finalizer_and_large_ones_are_recycled():
     np.testing.assert_array_equal(y.numpy(), np.full((128, 256), 2, np.float32))
 
 
-def test_views_are_planned_with_their_layout():
+def test_views_are_cached_with_their_layout():
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     x, ref = flow.tensor(a), torch.tensor(a)
     for _ in range(2):
