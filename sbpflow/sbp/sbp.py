@@ -53,39 +53,35 @@ class Split(Sbp):
         return f"S({self.axis})"
 
 
-class Broadcast(Sbp):
-    """B: every rank holds the whole logical tensor."""
+class _Unique(Sbp):
+    """An SBP value without parameters: its class has one instance, also after unpickling."""
 
     __slots__ = ()
-    _the: Broadcast | None = None
 
     def __new__(cls):
-        the = cls._the
-        if the is None:
-            the = cls._the = object.__new__(cls)
+        the = cls.__dict__.get("_the")
+        if the is None:  # made once, at import (B and P below)
+            the = object.__new__(cls)
+            cls._the = the
         return the
 
     def __reduce__(self):
-        return (Broadcast, ())
+        return (type(self), ())
+
+
+class Broadcast(_Unique):
+    """B: every rank holds the whole logical tensor."""
+
+    __slots__ = ()
 
     def __repr__(self):
         return "B"
 
 
-class PartialSum(Sbp):
+class PartialSum(_Unique):
     """P: the logical tensor is the sum of the ranks' tensors."""
 
     __slots__ = ()
-    _the: PartialSum | None = None
-
-    def __new__(cls):
-        the = cls._the
-        if the is None:
-            the = cls._the = object.__new__(cls)
-        return the
-
-    def __reduce__(self):
-        return (PartialSum, ())
 
     def __repr__(self):
         return "P"
