@@ -458,6 +458,10 @@ def to_global(t: Tensor, placement=None, sbp=None, *, grad_sbp=None, check_meta=
               copy=False) -> Tensor:
     """OneFlow's `Tensor.to_global`: local -> global treats t as this rank's piece (B: rank
     0's data wins; S: the logical tensor is the concatenation); global -> global boxes."""
+    if interpreter._convert_lazy is not None:  # inside nn.Graph.build(): a boxing node
+        traced = interpreter.lazy_convert("to_global", t, placement, sbp, grad_sbp)
+        if traced is not None:
+            return traced
     placement, sbp = _normalize("to_global", placement, sbp, t._gl)
     layout.check_split_axes(sbp, len(t._meta.shape))
     if grad_sbp is not None:
@@ -482,6 +486,10 @@ def _copy(t: Tensor) -> Tensor:
 
 def to_local(t: Tensor, *, copy: bool = False) -> Tensor:
     """This rank's piece as a local tensor sharing memory (OneFlow's `to_local`)."""
+    if interpreter._convert_lazy is not None:  # inside nn.Graph.build(): a boxing node
+        traced = interpreter.lazy_convert("to_local", t)
+        if traced is not None:
+            return traced if not copy else traced.clone()
     gl = t._gl
     if gl is None:
         raise RuntimeError("to_local(): expected a global tensor, but got a local tensor; "

@@ -571,9 +571,9 @@ def _sbp_text(t: Tensor) -> str:
 
 def assign(t: Tensor, value: Tensor, op: str = "copy_") -> Tensor:
     """Write `value` (same shape and dtype as t) into t's memory, with autograd."""
+    value = _match_global(op, t, value)  # traced as a boxing node inside build()
     if _assign_lazy is not None and get_ident() == _lazy_thread:
         return _assign_lazy(t, value, op)  # inside nn.Graph.build(): an SSA rebind in the Job
-    value = _match_global(op, t, value)
     if value._meta != t._meta:
         raise op_error(op, f"internal: value meta {value._meta} != target meta {t._meta}")
     check_inplace(op, t)
@@ -678,6 +678,7 @@ _apply_global = _no_global
 _apply_lazy = None
 _op_hook = None  # set by sbpflow.profiler while it records (one `if` when not)
 _assign_lazy = None
+_convert_lazy = None  # fn(kind, tensor, placement, sbp, grad_sbp): to_global/to_local traced
 _lazy_thread = None  # the thread tracing build(); eager ops of other threads stay eager
 
 
@@ -695,6 +696,20 @@ def set_lazy_assign(fn) -> None:
     (`assign`, `write_values`) into the Job instead of writing memory."""
     global _assign_lazy
     _assign_lazy = fn
+
+
+def set_lazy_convert(fn) -> None:
+    """Installed with set_lazy_apply: fn("to_global" | "to_local", tensor, placement, sbp,
+    grad_sbp) records a conversion into the Job as a boxing node instead of running it."""
+    global _convert_lazy
+    _convert_lazy = fn
+
+
+def lazy_convert(kind: str, t, placement=None, sbp=None, grad_sbp=None):
+    """The traced form of to_global/to_local when called on the tracing thread, else None."""
+    if _convert_lazy is not None and get_ident() == _lazy_thread:
+        return _convert_lazy(kind, t, placement, sbp, grad_sbp)
+    return None
 
 
 def set_global_apply(fn) -> None:

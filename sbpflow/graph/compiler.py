@@ -28,11 +28,16 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
+
+from .. import comm
 from .._core.codec import encode
 from ..ops import registry
 from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc
 from ..runtime.runtime import Runtime
+from ..sbp import layout
 from . import ir
+from .kernels import boxing as _boxing_kernels  # noqa: F401 - registers the BOXING kernels
 
 THREAD_MODES = ("inline", "stream")
 
@@ -56,6 +61,8 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
     chain: list[OpDesc] = []
     assigns: list[tuple[str, str, int]] = []
     random_ops: list[str] = []
+    rank = comm.get_rank()
+    pieces = {name: _piece_of(lt, rank) for name, lt in job.tensors.items()}
     for op in job.ops:
         kind = op.op_type
         if kind == "input" or kind == "output":
@@ -97,6 +104,22 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
                     roots[o] = "own"
             if opdef.random:
                 random_ops.append(op.name)
+        if _elsewhere(job, op, rank):
+            # Every output lies on placements without this rank: no kernel runs here (as in
+            # eager, where such a rank holds empty pieces).
+            if op.name in random_ops:
+                raise NotImplementedError(
+                    f"Job {job.name}: random op {op.name} at {op.where()} runs on placement "
+                    f"{job.tensors[op.outputs[0]].placement}, which leaves rank {rank} out; "
+                    "in a graph, random ops must run on every rank (the generators would "
+                    "drift apart otherwise)")
+            for o in op.outputs:
+                roots[o] = "constant"
+                views.discard(o)
+                chain.append(OpDesc(f"{op.name}-empty", "constant", (), (o,),
+                                    {"value": np.empty(pieces[o][0], job.tensors[o].dtype.np)},
+                                    op.scope, op.loc))
+            continue
         chain.append(OpDesc(op.name, kind, tuple(op.inputs), tuple(op.outputs),
                             dict(op.attrs), op.scope, op.loc))
 
@@ -106,8 +129,9 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
         mem = tuple(lt.mem) if lt.mem is not None else None
         if mem is not None:
             mem_bytes = max(mem_bytes, mem[0] + mem[1])
-        tensors[name] = TensorDesc(name, tuple(lt.shape), lt.dtype.name, mem,
-                                   roots.get(name, "own"), name in views)
+        shape, logical, piece = pieces[name]
+        tensors[name] = TensorDesc(name, shape, lt.dtype.name, mem, roots.get(name, "own"),
+                                   name in views, logical, piece)
 
     stream_mode = threads == "stream"
     if copy_inputs is None:
@@ -146,6 +170,33 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
                 device)
     plan.stats["compile_seconds"] = time.perf_counter() - t0
     return plan
+
+
+def _piece_of(lt: ir.LogicalTensor, rank: int):
+    """(this rank's shape, logical shape or None, piece bounds or None) of a Job tensor:
+    a global tensor is lowered to this rank's piece (uneven splits included: 5 rows on 4
+    ranks are 2, 1, 1, 1), a local one stays whole."""
+    shape = tuple(lt.shape)
+    if not lt.is_global:
+        return shape, None, None
+    local = layout.local_shape(shape, lt.placement, lt.sbp, rank)
+    bounds = None
+    if lt.placement.has(rank):
+        bounds = tuple((s.start, s.stop)
+                       for s in layout.piece(shape, lt.placement, lt.sbp, rank))
+    return local, shape, bounds
+
+
+def _elsewhere(job: ir.Job, op, rank: int) -> bool:
+    """Whether op computes only tensors whose placement leaves this rank out (a boxing node
+    always runs: the ranks of both ends take part)."""
+    if op.op_type in ir.BOXING or not op.outputs:
+        return False
+    for o in op.outputs:
+        lt = job.tensors[o]
+        if not lt.is_global or lt.placement.has(rank):
+            return False
+    return True
 
 
 def _serialisable(v) -> bool:

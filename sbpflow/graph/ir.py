@@ -40,6 +40,10 @@ from ..sbp import B, P, S
 from ..sbp.placement import Placement
 
 STRUCTURAL = ("input", "variable", "feed", "constant", "assign", "output")
+# Conversions between (placement, SBP) pairs and between global and local tensors: explicit
+# nodes of the Job (from `to_global`/`to_local` inside build() and from every reshard the SBP
+# inference needs), lowered to boxing steps on each rank.  attrs: `boxing_attrs`.
+BOXING = ("boxing", "local_to_global", "global_to_local")
 
 # op_type -> fn(op_node, job) -> kernel(ctx, *arrays, **attrs); for op types that are not
 # registered OpDefs (the fusion pass registers `fused_elementwise` here).
@@ -58,6 +62,9 @@ class LogicalTensor:
     # Set by memory planning: (offset, nbytes) in the plan's memory block, or None when the
     # tensor is not planned (variables, views, outputs of kernels that allocate their own).
     mem: tuple[int, int] | None = None
+    # A global tensor (placement and SBP are the user's, each rank holds its piece), or a
+    # local one (placement: this rank, B; every rank holds its own whole tensor).
+    is_global: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -121,11 +128,11 @@ class Job:
         return f"{prefix}-{next(self._counter)}"
 
     def add_tensor(self, meta: TensorMeta, placement: Placement, sbp: tuple,
-                   name: str | None = None) -> LogicalTensor:
+                   name: str | None = None, is_global: bool = False) -> LogicalTensor:
         name = name or self.new_name("t")
         if name in self.tensors:
             raise ValueError(f"Job {self.name}: tensor {name!r} exists")
-        t = LogicalTensor(name, meta, placement, tuple(sbp))
+        t = LogicalTensor(name, meta, placement, tuple(sbp), is_global=is_global)
         self.tensors[name] = t
         return t
 
@@ -219,6 +226,9 @@ class Job:
             outs = ", ".join(_tensor_text(self.tensors[o]) for o in op.outputs)
             attrs = ", ".join(f"{k}={attr_text(v)}" for k, v in op.attrs.items())
             scope = f"  # {op.scope}" if op.scope else ""
+            if op.op_type in BOXING:
+                scope = f"  # {boxing_text(op, self)}" + (f" ({op.scope})" if op.scope else "")
+                attrs = ""
             lhs = f"{outs} = " if outs else ""
             lines.append(f"  {lhs}{op.op_type}({', '.join(op.inputs)}"
                          f"{'; ' + attrs if attrs else ''}){scope}")
@@ -253,6 +263,7 @@ class Job:
                          "placement": {"type": t.placement.type,
                                        "ranks": t.placement.ranks},
                          "sbp": [_sbp_enc(x) for x in t.sbp],
+                         "is_global": t.is_global,
                          "mem": list(t.mem) if t.mem is not None else None}
                         for t in self.tensors.values()],
             "ops": [{"name": o.name, "op_type": o.op_type, "inputs": list(o.inputs),
@@ -276,7 +287,8 @@ class Job:
         for t in d["tensors"]:
             lt = job.add_tensor(TensorMeta(tuple(t["shape"]), dt._by_name(t["dtype"])),
                                 Placement(t["placement"]["type"], t["placement"]["ranks"]),
-                                tuple(_sbp_dec(x) for x in t["sbp"]), name=t["name"])
+                                tuple(_sbp_dec(x) for x in t["sbp"]), name=t["name"],
+                                is_global=t.get("is_global", False))
             lt.mem = tuple(t["mem"]) if t["mem"] is not None else None
         for o in d["ops"]:
             job.add_op(o["op_type"], o["inputs"], o["outputs"],
@@ -287,9 +299,60 @@ class Job:
         return job
 
 
+# -- boxing nodes -----------------------------------------------------------------------------
+def boxing_attrs(src: LogicalTensor, placement: Placement, sbp: tuple,
+                 broadcast: bool = True) -> dict:
+    """The attrs of a BOXING node: both ends as plain data (nested rank tuples, SBP text),
+    so a Plan read back from JSON can rebuild the route.  `broadcast=False`: a local ->
+    global relabel whose pieces are already right (the gradient of `to_local`)."""
+    attrs = {"src_ranks": _nested(src.placement.ranks), "src_sbp": tuple(map(_sbp_enc, src.sbp)),
+             "dst_ranks": _nested(placement.ranks), "dst_sbp": tuple(map(_sbp_enc, sbp)),
+             "device": placement.type}
+    if not broadcast:
+        attrs["broadcast"] = False
+    return attrs
+
+
+def boxing_ends(attrs: dict) -> tuple:
+    """((src placement, src nd-SBP), (dst placement, dst nd-SBP)) of a BOXING node."""
+    dev = attrs["device"]
+    return ((Placement(dev, _lists(attrs["src_ranks"])), tuple(map(_sbp_dec, attrs["src_sbp"]))),
+            (Placement(dev, _lists(attrs["dst_ranks"])), tuple(map(_sbp_dec, attrs["dst_sbp"]))))
+
+
+def boxing_text(op: OpNode, job: Job) -> str:
+    """A boxing node in `flow.boxing.explain`'s words (e.g. 'P -> B: all_reduce over [0, 1],
+    4 KB'); conversions between local and global say what they do."""
+    from ..sbp import boxing
+
+    (sp, ss), (dp, ds) = boxing_ends(op.attrs)
+    if op.op_type == "global_to_local":
+        return f"to_local: this rank's piece of {_sbp_text(ss)} on ranks {sp.ranks}"
+    if op.op_type == "local_to_global":
+        how = "pieces" if not op.attrs.get("broadcast", True) or B not in ds else \
+            "broadcast from the first rank of each B axis"
+        return f"local_to_global: {_sbp_text(ds)} on ranks {dp.ranks} ({how})"
+    meta = job.tensors[op.inputs[0]].meta
+    return boxing.route(meta, sp, ss, dp, ds).explain().replace("\n", "; ")
+
+
+def _sbp_text(sbp) -> str:
+    return ", ".join(map(repr, sbp))
+
+
+def _nested(ranks):
+    return tuple(_nested(r) for r in ranks) if isinstance(ranks, (list, tuple)) else int(ranks)
+
+
+def _lists(ranks):
+    return [_lists(r) for r in ranks] if isinstance(ranks, (list, tuple)) else int(ranks)
+
+
 # -- helpers ----------------------------------------------------------------------------------
 def _meta_text(t: LogicalTensor) -> str:
     sbp = ", ".join(map(repr, t.sbp))
+    if t.is_global:
+        return f"{t.dtype.name}{list(t.shape)} ({sbp}) on ranks {t.placement.ranks}"
     return f"{t.dtype.name}{list(t.shape)} ({sbp})"
 
 

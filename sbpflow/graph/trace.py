@@ -27,20 +27,16 @@ from threading import get_ident
 from .._core.errors import op_error
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.node import _FREED
-from ..comm import get_rank, get_world_size
+from ..comm import get_rank
 from ..framework import interpreter
 from ..framework import tensor as _tensor_mod
 from ..framework.tensor import Tensor
-from ..sbp import B
+from ..framework import global_tensor
+from ..sbp import B, infer, layout
 from ..sbp.placement import Placement
 from ..vm import Blob
 from ..vm.machine import _user_site
-from .ir import Job, Variable
-
-MULTI_RANK = ("nn.Graph runs on one rank for now; graphs over several ranks need the multi-rank "
-              "Plan (a later issue: the Plan across ranks with data, tensor and pipeline "
-              "parallelism)")
-
+from .ir import Job, Variable, boxing_attrs
 
 class LazyTensorError(RuntimeError):
     """A traced value was read on the host inside `nn.Graph.build()`."""
@@ -147,10 +143,11 @@ class Trace:
     def __init__(self, job: Job, names: dict[int, str] | None = None):
         self.job = job
         self.names = dict(names or {})
-        # On several ranks a graph of local tensors is each rank's own program (SPMD, as the
-        # same eager code would be; one-embedding ops exchange rows inside their kernels);
-        # global tensors still raise (name_of, input).
-        self.placement = Placement("cpu", [get_rank()])
+        # Local tensors: on several ranks a graph of local tensors is each rank's own program
+        # (SPMD, as the same eager code would be; one-embedding ops exchange rows inside their
+        # kernels).  Global tensors keep their placement and SBP (`is_global` Job tensors).
+        self.rank = get_rank()
+        self.placement = Placement("cpu", [self.rank])
         self.sbp = (B,)
         self._var_of: dict[int, str] = {}  # id(eager) -> variable name
         self._current: dict[int, str] = {}  # id(eager) -> Job tensor now holding its value
@@ -171,15 +168,18 @@ class Trace:
     @contextlib.contextmanager
     def active(self):
         """Route op calls and in-place writes to this trace while the block runs."""
-        prev = (interpreter._apply_lazy, interpreter._assign_lazy, _tensor_mod._host_check)
+        prev = (interpreter._apply_lazy, interpreter._assign_lazy, _tensor_mod._host_check,
+                interpreter._convert_lazy)
         interpreter.set_lazy_apply(self.apply)
         interpreter.set_lazy_assign(self.assign)
+        interpreter.set_lazy_convert(self.convert)
         _tensor_mod._host_check = self._check_host
         try:
             yield self
         finally:
             interpreter.set_lazy_apply(prev[0])
             interpreter.set_lazy_assign(prev[1])
+            interpreter.set_lazy_convert(prev[3])
             _tensor_mod._host_check = prev[2]
 
     def _check_host(self, t: Tensor) -> None:
@@ -218,6 +218,10 @@ class Trace:
         """A LazyTensor naming Job tensor `name`."""
         lt = self.job.tensors[name]
         t = LazyTensor._make(Blob(), lt.meta, interpreter._CPU)
+        if lt.is_global:  # is_global, sbp and placement answer as in eager
+            t._gl = global_tensor.GlobalInfo(
+                lt.placement, lt.sbp,
+                global_tensor._local_meta(lt.meta, lt.placement, lt.sbp, self.rank))
         d = t.__dict__
         d["_lazy"] = name
         d["_lazy_rg"] = rg
@@ -225,10 +229,15 @@ class Trace:
         return t
 
     def _where(self, t: Tensor):
-        """(placement, sbp) of a tensor entering the Job."""
+        """(placement, sbp, is_global) of a tensor entering the Job."""
         if t._gl is not None:
-            return t._gl.placement, tuple(t._gl.sbp)
-        return self.placement, self.sbp
+            return t._gl.placement, tuple(t._gl.sbp), True
+        return self.placement, self.sbp, False
+
+    def add_tensor(self, meta, placement, sbp, is_global: bool) -> str:
+        if not is_global:
+            placement, sbp = self.placement, self.sbp
+        return self.job.add_tensor(meta, placement, sbp, is_global=is_global).name
 
     def variable_of(self, t: Tensor) -> str:
         """The variable of eager tensor t (created on first use)."""
@@ -246,9 +255,9 @@ class Trace:
             self._n_captured += 1
         else:
             trainable = bool(t._requires_grad) and t.dtype.is_floating_point
-        placement, sbp = self._where(t)
+        placement, sbp, is_global = self._where(t)
         self.job.variables[name] = Variable(name, t._meta, trainable, tensor=t)
-        self.job.add_tensor(t._meta, placement, sbp, name=name)
+        self.job.add_tensor(t._meta, placement, sbp, name=name, is_global=is_global)
         self.job.add_op("variable", (), (name,), {"var": name}, scope=self._scope(),
                         loc=_user_site())
         self._var_of[key] = name
@@ -271,8 +280,6 @@ class Trace:
                     f"written in place (at {_site()}); the view would not see the write. "
                     "Take the view again after the in-place op, or write out of place.")
             return name
-        if t._gl is not None and get_world_size() != 1:
-            raise NotImplementedError(MULTI_RANK)
         cur = self._current.get(id(t))
         return cur if cur is not None else self.variable_of(t)
 
@@ -306,15 +313,124 @@ class Trace:
         for t in tensors:
             if not isinstance(t, Tensor):
                 interpreter._check_tensors(opdef, tensors)
+        creation = isinstance(device, global_tensor.GlobalDevice)
+        if creation or any(t._gl is not None for t in tensors):
+            return self._apply_global(opdef, tensors, attrs, device, loc)
         names = [self.name_of(t) for t in tensors]
         in_metas = tuple(t._meta for t in tensors)
         try:
             out_metas = opdef.meta(in_metas, attrs)
         except Exception as e:  # noqa: BLE001 - re-raised with the user's line
             raise _at_line(e, loc) from e
+        out_names = [self.add_tensor(m, None, None, False) for m in out_metas]
+        return self._record(opdef, tensors, names, attrs, out_names, out_metas, loc)
+
+    def _apply_global(self, opdef, tensors, attrs, device, loc):
+        """An op on global tensors (or a factory given a placement): the SBP signature comes
+        from `sbp.infer.choose_signature`, as in eager; inputs whose SBP differs from the one
+        chosen get a boxing node, and a factory asked for an SBP it cannot make directly
+        makes B and boxes, as eager does."""
+        if tensors:
+            # The same placement rules and errors as eager (a local tensor among global ones
+            # raises; 0-d tensors on another placement are moved as B).
+            placement, tensors = global_tensor._common_placement(opdef, tensors)
+            creation_sbp = None
+        else:
+            placement, creation_sbp = device.placement, device.sbp
+        names = [self.name_of(t) for t in tensors]
+        in_metas = tuple(t._meta for t in tensors)
+        in_sbps = tuple(tuple(t._gl.sbp) for t in tensors)
+        try:
+            out_metas = opdef.meta(in_metas, attrs, local=False)
+            want, out_sbps = infer.choose_signature(opdef, in_metas, in_sbps, out_metas,
+                                                    placement, attrs, creation_sbp)
+        except Exception as e:  # noqa: BLE001 - re-raised with the user's line
+            raise _at_line(e, loc) from e
+        names = [n if have == w else self._box(n, placement, w, loc)
+                 for n, have, w in zip(names, in_sbps, want)]
+        out_names = [self.add_tensor(m, placement, sb, True)
+                     for m, sb in zip(out_metas, out_sbps)]
+        out = self._record(opdef, tensors, names, attrs, out_names, out_metas, loc)
+        if not tensors and creation_sbp is not None and tuple(creation_sbp) != out_sbps[0]:
+            outs = out if isinstance(out, tuple) else (out,)
+            boxed = [self.convert("to_global", o, placement, creation_sbp) for o in outs]
+            out = boxed[0] if len(boxed) == 1 else tuple(boxed)
+        return out
+
+    def _box(self, name: str, placement, sbp, loc=None) -> str:
+        """A boxing node: Job tensor `name` moved to (placement, sbp); returns the new tensor.
+        Not differentiated by itself: the autograd pass boxes gradients back (the dual SBP)."""
+        src = self.job.tensors[name]
+        sbp = tuple(sbp)
+        if src.placement == placement and src.sbp == sbp:
+            return name
+        out = self.add_tensor(src.meta, placement, sbp, True)
+        self.job.add_op("boxing", (name,), (out,), boxing_attrs(src, placement, sbp),
+                        scope=self._scope(), loc=loc or self.loc or _user_site())
+        return out
+
+    def convert(self, kind: str, t: Tensor, placement=None, sbp=None, grad_sbp=None):
+        """`to_global`/`to_local` inside build(): explicit nodes in the Job, with eager's
+        argument rules and errors.  global -> global is a boxing node; local -> global makes
+        this rank's tensor its piece (`local_to_global`, the logical shape from the pieces'
+        shapes); to_local reads this rank's piece (`global_to_local`)."""
+        loc = self.loc or _user_site()
+        if grad_sbp is not None:
+            raise NotImplementedError(
+                f"to_global(grad_sbp=...) inside nn.Graph.build() at {_site()} is not "
+                "supported; gradients take the dual SBP (B <-> P, S stays)")
+        if kind == "to_local":
+            if t._gl is None:
+                raise RuntimeError("to_local(): expected a global tensor, but got a local "
+                                   "tensor; only global tensors have a local piece")
+            name = self.name_of(t)
+            out = self.add_tensor(t._gl.local_meta, None, None, False)
+            return self._record_structural("global_to_local", t, name, out)
+        placement, sbp = global_tensor._normalize("to_global", placement, sbp, t._gl)
+        layout.check_split_axes(sbp, len(t._meta.shape))
+        name = self.name_of(t)
+        if t._gl is not None:
+            out = self._box(name, placement, sbp, loc)
+            if out == name:
+                return t
+            return self._relabel(t, out)
+        meta = global_tensor._logical_meta(t, placement, sbp, True)
+        out = self.add_tensor(meta, placement, sbp, True)
+        return self._record_structural("local_to_global", t, name, out)
+
+    def piece_to_global(self, t: Tensor, placement, sbp, meta) -> LazyTensor:
+        """Local tensor t taken as this rank's piece of a global tensor of `meta` on
+        (placement, sbp), as it is (no broadcast): the gradient of `to_local`."""
+        name = self.name_of(t)
+        out = self.add_tensor(meta, placement, tuple(sbp), True)
+        self.job.add_op("local_to_global", (name,), (out,),
+                        boxing_attrs(self.job.tensors[name], placement, tuple(sbp), False),
+                        scope=self._scope(), loc=self.loc or _user_site())
+        return self._relabel(t, out)
+
+    def _record_structural(self, op_type, t, name, out):
+        """A conversion node: one input, one output; the output requires grad as its input."""
+        src = self.job.tensors[name]
+        dst = self.job.tensors[out]
+        self.job.add_op(op_type, (name,), (out,), boxing_attrs(src, dst.placement, dst.sbp),
+                        scope=self._scope(), loc=self.loc or _user_site())
+        return self._relabel(t, out)
+
+    def _relabel(self, t, out):
+        """A lazy tensor for Job tensor `out`, requiring grad as t does; for backward's
+        bookkeeping the new tensor comes from t's node."""
+        rg = is_grad_enabled() and self._rg(t)
+        lt = self.lazy(out, rg)
+        if rg:
+            node = self._node_of.get(self.name_of(t))
+            if node is not None:
+                self._node_of[out] = node
+        return lt
+
+    def _record(self, opdef, tensors, names, attrs, out_names, out_metas, loc):
+        """Append the op node and return lazy outputs (autograd and view bookkeeping)."""
         rg = is_grad_enabled() and opdef.grad is not None and any(
             self._rg(t) for t in tensors)
-        out_names = [self.job.add_tensor(m, self.placement, self.sbp).name for m in out_metas]
         self.job.add_op(opdef.name, names, out_names, attrs, scope=self._scope(), loc=loc)
         outs = [self.lazy(n, rg and opdef.differentiable(i, m))
                 for i, (n, m) in enumerate(zip(out_names, out_metas))]
@@ -372,10 +488,9 @@ class Trace:
     # -- graph boundaries ---------------------------------------------------------------------
     def input(self, t: Tensor, index: int) -> LazyTensor:
         """An `input` op for the graph call's argument `index`."""
-        if t._gl is not None and get_world_size() != 1:
-            raise NotImplementedError(MULTI_RANK)
-        placement, sbp = self._where(t)
-        name = self.job.add_tensor(t._meta, placement, sbp, name=f"input-{index}").name
+        placement, sbp, is_global = self._where(t)
+        name = self.job.add_tensor(t._meta, placement, sbp, name=f"input-{index}",
+                                   is_global=is_global).name
         self.job.add_op("input", (), (name,), {"index": index}, name=f"input_{index}")
         return self.lazy(name)
 

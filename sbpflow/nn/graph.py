@@ -25,10 +25,13 @@ from threading import get_ident
 
 import numpy as np
 
+from .. import comm
 from .._core.dtype import float64 as _float64
 from ..autograd import no_grad
+from ..framework import global_tensor as _global
 from ..framework import interpreter as _interpreter
 from ..framework.tensor import Tensor
+from ..sbp import B as _B
 from ..graph import passes as _passes
 from ..graph.ir import Job, Variable
 from ..graph.trace import flatten, module_names, trace_build, unflatten
@@ -355,9 +358,14 @@ class Graph:
         if compiled.writebacks:
             self._check_writebacks(compiled, leaves)
         feeds = self._before_run(compiled)
-        outs = compiled.runner.run(leaves, feeds)
-        if compiled.out_sbps is not None:
-            outs = [o.to_global(*where) for o, where in zip(outs, compiled.out_sbps)]
+        if compiled.out_sbps is None:
+            outs = compiled.runner.run(leaves, feeds)
+        else:  # global tensors: the plan runs on this rank's pieces
+            outs = compiled.runner.run(
+                [t if t._gl is None else _global._local_alias(t) for t in leaves], feeds)
+            outs = [o if where is None else _global.make(o._blob, where[0], o._device, where[1],
+                                                         o._storage)  # the call writes it
+                    for o, where in zip(outs, compiled.out_sbps)]
         self._after_run(compiled)
         if compiled.writebacks:
             with no_grad():
@@ -542,9 +550,15 @@ class Graph:
                                if "writeback" in op.attrs]
         leaves: list = []
         flatten((args, kwargs), leaves)
-        if any(t.is_global for t in leaves):
-            compiled.out_sbps = [(job.tensors[op.inputs[0]].placement,
-                                  job.tensors[op.inputs[0]].sbp) for op in job.outputs()]
+        outs = [job.tensors[op.inputs[0]] for op in job.outputs()]
+        if any(t.is_global for t in leaves) or any(t.is_global for t in outs):
+            # Global outputs carry the placement and SBP the Job gives them (those eager mode
+            # gives the same program): (logical meta, GlobalInfo of this rank's piece).
+            rank = comm.get_rank()
+            compiled.out_sbps = [
+                (t.meta, _global.GlobalInfo(t.placement, t.sbp, _global._local_meta(
+                    t.meta, t.placement, t.sbp, rank))) if t.is_global else None
+                for t in outs]
         return compiled
 
     def _add_optimizer_config(self, job: Job) -> list:
@@ -565,10 +579,16 @@ class Graph:
                     # variable the update op clears, so a step that fails leaves it set.
                     fname = f"_optimizer{i}.group{g}-first"
                     flag = self._aux_vars.get(fname)
-                    if flag is None:
+                    ps = group["params"]
+                    where = ps[0]._gl.placement if ps and ps[0]._gl is not None else None
+                    if flag is None or (flag._gl.placement if flag._gl is not None
+                                        else None) != where:
                         from ..framework import functional as F
 
-                        flag = self._aux_vars[fname] = F.ones((), dtype=_float64)
+                        flag = F.ones((), dtype=_float64)
+                        if where is not None:  # the flag lives where the parameters do
+                            flag = flag.to_global(where, (_B,) * where.ndim)
+                        self._aux_vars[fname] = flag
                     job.variables[fname] = Variable(fname, flag._meta, False, tensor=flag)
                     entry["first"] = fname
                 for p in group["params"]:

@@ -237,9 +237,20 @@ class Chain:
                 body.append((f"{outs[0]} = K{k}  # constant", op))
             else:
                 lk = linked[op.name]
-                in_metas = tuple(plan.tensors[t].meta for t in op.inputs)
-                out_metas = tuple(plan.tensors[t].meta for t in op.outputs)
-                env["C" + k] = KernelContext(prims, op.op_type, in_metas, out_metas)
+                descs_in = [plan.tensors[t] for t in op.inputs]
+                descs_out = [plan.tensors[t] for t in op.outputs]
+                in_metas = tuple(d.meta for d in descs_in)
+                out_metas = tuple(d.meta for d in descs_out)
+                if any(d.logical is not None for d in descs_in + descs_out):
+                    # pieces of global tensors: the kernel also sees the logical metas and
+                    # where its output pieces lie (as eager global ops do)
+                    env["C" + k] = KernelContext(
+                        prims, op.op_type, in_metas, out_metas,
+                        tuple(d.logical_meta for d in descs_in),
+                        tuple(d.logical_meta for d in descs_out),
+                        tuple(d.slices for d in descs_out))
+                else:
+                    env["C" + k] = KernelContext(prims, op.op_type, in_metas, out_metas)
                 kernel = lk.kernel
                 if op.attrs:
                     kernel = functools.partial(kernel, **op.attrs)
@@ -362,7 +373,8 @@ class Chain:
         if any(root_var.get(t) == var and t not in var_tensors for t in op.inputs):
             return False  # a view of the variable: another layout of the memory written
         t = variables[var]
-        if t._base is not None or t._meta != plan.tensors[value].meta or t._offset:
+        meta = t._meta if t._gl is None else t._gl.local_meta
+        if t._base is not None or meta != plan.tensors[value].meta or t._offset:
             return False
         return t.is_contiguous()
 

@@ -40,15 +40,32 @@ class TensorDesc:
     'own' (a fresh array), 'input', 'variable', 'feed', 'constant' (a view of that kind)."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # this rank's piece (the whole tensor for a local one)
     dtype: str
     mem: tuple[int, int] | None = None
     root: str = "own"
     view: bool = False
+    # A piece of a global tensor: the logical shape, and the (start, stop) per axis of the
+    # logical tensor this rank holds (kernels read them from their context: random ops,
+    # arange and reductions over a split axis compute the piece of the logical result).
+    logical: tuple[int, ...] | None = None
+    piece: tuple[tuple[int, int], ...] | None = None
 
     @property
     def meta(self) -> TensorMeta:
         return TensorMeta(tuple(self.shape), dt._by_name(self.dtype))
+
+    @property
+    def logical_meta(self) -> TensorMeta:
+        shape = self.shape if self.logical is None else self.logical
+        return TensorMeta(tuple(shape), dt._by_name(self.dtype))
+
+    @property
+    def slices(self) -> tuple[slice, ...]:
+        """The piece as slices of the logical tensor (the whole tensor when local)."""
+        if self.piece is None:
+            return tuple(slice(0, n) for n in self.logical_meta.shape)
+        return tuple(slice(a, b) for a, b in self.piece)
 
     @property
     def nbytes(self) -> int:
@@ -177,7 +194,8 @@ class Plan:
     def _tensor_text(self, name: str) -> str:
         t = self.tensors[name]
         mem = f" @{t.mem[0]}" if t.mem is not None else ""
-        return f"{name}: {t.dtype}{list(t.shape)}{mem}"
+        whole = f" of {list(t.logical)}" if t.logical is not None else ""
+        return f"{name}: {t.dtype}{list(t.shape)}{whole}{mem}"
 
     # -- serialisation ---------------------------------------------------------------------
     def to_json(self) -> str:
@@ -196,7 +214,10 @@ class Plan:
             "registers": [dataclasses.asdict(r) for r in self.registers],
             "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype,
                          "mem": list(t.mem) if t.mem is not None else None, "root": t.root,
-                         "view": t.view} for t in self.tensors.values()],
+                         "view": t.view,
+                         "logical": list(t.logical) if t.logical is not None else None,
+                         "piece": [list(p) for p in t.piece] if t.piece is not None else None}
+                        for t in self.tensors.values()],
             "inputs": list(self.inputs), "outputs": list(self.outputs), "feeds": self.feeds,
             "variables": self.variables,
             "var_metas": {k: [list(m.shape), m.dtype.name] for k, m in self.var_metas.items()},
@@ -222,7 +243,10 @@ class Plan:
                 for r in d["registers"]]
         tensors = {t["name"]: TensorDesc(t["name"], tuple(t["shape"]), t["dtype"],
                                          tuple(t["mem"]) if t["mem"] is not None else None,
-                                         t["root"], t["view"]) for t in d["tensors"]}
+                                         t["root"], t["view"],
+                                         tuple(t["logical"]) if t.get("logical") else None,
+                                         tuple(map(tuple, t["piece"])) if t.get("piece")
+                                         else None) for t in d["tensors"]}
         return cls(d["name"], tasks, regs, tensors, tuple(d["inputs"]), tuple(d["outputs"]),
                    dict(d["feeds"]), dict(d["variables"]),
                    {k: TensorMeta(tuple(s), dt._by_name(n))

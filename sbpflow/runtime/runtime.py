@@ -64,7 +64,9 @@ class Runtime:
                     random_ops.append(op)
         self.random_ops = tuple(op.name for op in random_ops)
         self.rng_words = tuple(
-            prims.words_used("normal", sum(plan.tensors[t].meta.numel for t in op.outputs))
+            # the logical draw, on every rank (a piece of a global tensor takes its part)
+            prims.words_used("normal",
+                             sum(plan.tensors[t].logical_meta.numel for t in op.outputs))
             for op in random_ops)
         rng_index = {name: j for j, name in enumerate(self.random_ops)}
 

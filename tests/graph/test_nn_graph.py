@@ -609,17 +609,23 @@ def _kernel_error_case():
 
 
 def test_global_inputs_give_global_outputs_on_one_rank():
-    """OneFlow semantics on one rank: a graph called with global tensors returns global
-    tensors (placement and SBP from the Job) with the values of the eager local forward;
-    a local call of the same graph compiles its own plan and returns a local tensor."""
+    """OneFlow semantics on one rank: a graph of a global model called with global tensors
+    returns global tensors with the placement and SBP eager mode gives the same program, and
+    the values of the eager local forward; a local input to the global model raises eager's
+    error (mixing local and global tensors), naming the op."""
     p = flow.placement("cpu", [0])
-    g = EvalGraph(_mlp())
+    g = EvalGraph(_mlp().to_global(p, flow.sbp.broadcast))
     x = flow.randn(6, 6)
-    out = g(x.to_global(p, flow.sbp.split(0)))
-    assert out.is_global and out.placement == p
+    xg = x.to_global(p, flow.sbp.split(0))
+    out = g(xg)
     with flow.no_grad():
         expect = _mlp()(x)
+        eager = _mlp().to_global(p, flow.sbp.broadcast)(xg)
+    assert out.is_global and out.placement == p and out.sbp == eager.sbp == (flow.sbp.split(0),)
     np.testing.assert_allclose(out.numpy(), expect.numpy(), rtol=1e-6, atol=1e-7)
-    local = g(x)
-    assert local.is_local and len(g._cache) == 2
-    np.testing.assert_allclose(local.numpy(), expect.numpy(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(RuntimeError) as graph_err:
+        g(x)
+    with pytest.raises(RuntimeError) as eager_err, flow.no_grad():
+        _mlp().to_global(p, flow.sbp.broadcast)(x)
+    assert "expected all tensors to be global" in str(graph_err.value)
+    assert str(eager_err.value) in str(graph_err.value)

@@ -236,11 +236,35 @@ def test_autograd_backward_of_a_lazy_loss():
 def test_global_tensor_input_keeps_its_placement_and_sbp():
     p = flow.placement("cpu", [0])
     x = flow.randn(4, 3).to_global(p, flow.sbp.split(0))
-    lin = flow.nn.Linear(3, 2)
-    job, _ = _trace(lambda x: lin(x), x, modules={"lin": lin})
+    lin = flow.nn.Linear(3, 2).to_global(p, flow.sbp.broadcast)
+    seen = {}
+
+    def build(x):
+        y = lin(x)
+        seen.update(x=(x.is_global, x.placement, x.sbp), y=(y.is_global, y.placement, y.sbp))
+        return y
+
+    job, _ = _trace(build, x, modules={"lin": lin})
     (inp,) = job.inputs()
     t = job.tensors[inp.outputs[0]]
-    assert t.sbp == (flow.sbp.split(0),) and t.placement == p
+    assert t.is_global and t.sbp == (flow.sbp.split(0),) and t.placement == p
+    # inside build(), is_global, placement and sbp answer as in eager
+    eager = lin(x)
+    assert seen["x"] == (True, p, (flow.sbp.split(0),))
+    assert seen["y"] == (True, p, eager.sbp)
+    (out,) = job.outputs()
+    assert job.tensors[out.inputs[0]].sbp == eager.sbp
+
+
+def test_local_tensor_among_global_ones_raises_as_eager():
+    p = flow.placement("cpu", [0])
+    x = flow.randn(4, 3).to_global(p, flow.sbp.split(0))
+    w = flow.randn(2, 3)
+    with pytest.raises(RuntimeError) as eager:
+        flow.nn.functional.linear(x, w)
+    with pytest.raises(RuntimeError) as lazy:
+        _trace(lambda x: flow.nn.functional.linear(x, w), x)
+    assert str(eager.value) in str(lazy.value)
 
 
 def test_views_carry_eager_strides():

@@ -11,8 +11,10 @@ kernel names the line that issued the forward op.
 
 from __future__ import annotations
 
+from ...framework.global_tensor import GlobalDevice
 from ...ops import registry
-from ..ir import STRUCTURAL, Job
+from ...sbp import layout
+from ..ir import BOXING, STRUCTURAL, Job
 from ..trace import Trace
 
 
@@ -71,6 +73,9 @@ def _requires_grad(job: Job) -> set[str]:
             continue
         if op.op_type in STRUCTURAL or not any(i in rg for i in op.inputs):
             continue
+        if op.op_type in BOXING:  # conversions pass gradients through
+            rg.update(op.outputs)
+            continue
         try:
             opdef = registry.get(op.op_type)
         except KeyError:
@@ -110,7 +115,7 @@ def run(job: Job) -> None:
             meta = job.tensors[loss].meta
             with trace.scope("backward"):
                 add_grad(loss, registry.op("full", shape=meta.shape, fill_value=1.0,
-                                           dtype=meta.dtype))
+                                           dtype=meta.dtype, _device=_where(job, loss)))
         for op in reversed(forward):
             if op.op_type == "variable":
                 var = job.variables.get(op.attrs["var"])
@@ -122,6 +127,13 @@ def run(job: Job) -> None:
             if op.op_type in STRUCTURAL:
                 continue
             if not any(grads.get(o) for o in op.outputs):
+                continue
+            if op.op_type in BOXING:
+                if op.inputs[0] in rg:
+                    trace.loc = op.loc
+                    with trace.scope(f"{op.scope}-backward" if op.scope else "backward"):
+                        add_grad(op.inputs[0], _conversion_grad(trace, job, op,
+                                                                total(op.outputs[0])))
                 continue
             opdef = registry.get(op.op_type)
             needs = tuple(i in rg for i in op.inputs)
@@ -135,7 +147,7 @@ def run(job: Job) -> None:
                     meta = job.tensors[o].meta
                     if g is None and opdef.differentiable(j, meta):
                         g = registry.op("full", shape=meta.shape, fill_value=0.0,
-                                        dtype=meta.dtype)
+                                        dtype=meta.dtype, _device=_where(job, o))
                     out_grads.append(g)
                 ctx = GraphGradContext(trace, op, opdef, needs)
                 in_grads = opdef.grad(ctx, *out_grads)
@@ -154,3 +166,24 @@ def run(job: Job) -> None:
                         f"{list(g.shape)} for input {name} of shape "
                         f"{list(job.tensors[name].shape)} (op {op.name} at {op.where()})")
                 add_grad(name, g)
+
+
+def _where(job: Job, name: str):
+    """Where a gradient made from nothing goes: a global tensor's placement (B), as eager
+    autograd's `_where`; None (the default device) for a local one."""
+    t = job.tensors[name]
+    return GlobalDevice(t.placement) if t.is_global else None
+
+
+def _conversion_grad(trace: Trace, job: Job, op, g):
+    """The gradient of a BOXING node, as eager autograd gives it: global -> global boxes the
+    gradient back to the source placement with the dual SBP (B <-> P, S stays); local ->
+    global boxes to the dual SBP and takes this rank's piece; to_local's gradient is the
+    piece of a global gradient with the tensor's own SBP."""
+    src, dst = job.tensors[op.inputs[0]], job.tensors[op.outputs[0]]
+    if op.op_type == "boxing":
+        return trace.convert("to_global", g, src.placement, layout.dual(src.sbp))
+    if op.op_type == "local_to_global":
+        full = trace.convert("to_global", g, dst.placement, layout.dual(dst.sbp))
+        return trace.convert("to_local", full)
+    return trace.piece_to_global(g, src.placement, src.sbp, src.meta)

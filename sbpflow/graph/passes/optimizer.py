@@ -31,7 +31,9 @@ from __future__ import annotations
 from ..._core import dtype as dt
 from ..._core.meta import TensorMeta
 from ...framework.functional import reduce
+from ...framework.global_tensor import GlobalDevice
 from ...ops import registry
+from ...sbp import B
 from ..ir import Job
 from ..trace import Trace
 
@@ -86,10 +88,18 @@ def _embedding_update(job: Job, trace: Trace, kind: str, hyper: dict, lr, param:
                 **{k: v for k, v in hyper.items() if k in attrs})
 
 
-def _feed(job: Job, trace: Trace, key: str):
+def _feed(job: Job, trace: Trace, key: str, like: str | None = None):
+    """The host scalar fed as `key` at every call; for the parameters of a global model, a
+    B tensor on the placement of `like` (a parameter), so the update ops see global inputs
+    only, as eager's do."""
     name = f"feed-{key}"
     if name not in job.tensors:
-        job.add_tensor(TensorMeta((), dt.float64), trace.placement, trace.sbp, name=name)
+        t = job.tensors.get(like) if like is not None else None
+        if t is not None and t.is_global:
+            job.add_tensor(TensorMeta((), dt.float64), t.placement, (B,) * t.placement.ndim,
+                           name=name, is_global=True)
+        else:
+            job.add_tensor(TensorMeta((), dt.float64), trace.placement, trace.sbp, name=name)
         job.add_op("feed", (), (name,), {"key": key}, scope="optimizer")
     return trace.lazy(name)
 
@@ -98,7 +108,9 @@ def _variable(job: Job, trace: Trace, var: str):
     """The tensor holding variable `var` (its variable op, added if the Job has none)."""
     if var not in job.tensors:
         v = job.variables[var]
-        job.add_tensor(v.meta, trace.placement, trace.sbp, name=var)
+        placement, sbp, is_global = trace._where(v.tensor) if v.tensor is not None else (
+            trace.placement, trace.sbp, False)
+        job.add_tensor(v.meta, placement, sbp, name=var, is_global=is_global)
         job.add_op("variable", (), (var,), {"var": var}, scope="optimizer")
     return trace.lazy(var)
 
@@ -129,7 +141,7 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool,
     grads = [trace.lazy(job.grads[p]) for p in params]
     if group.get("clip_grad_max_norm") is not None:
         grads = _clip(grads, group["clip_grad_max_norm"], group.get("clip_grad_norm_type", 2.0))
-    lr = _feed(job, trace, group["lr"])
+    lr = _feed(job, trace, group["lr"], params[0])
     if kind == "sgd":
         names = STATE_ORDER["sgd"] if hyper.get("momentum", 0.0) != 0 else ()
         shared = [lr, _variable(job, trace, group["first"])] if names else [lr]
@@ -145,7 +157,8 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool,
             f"{', '.join(params)}); in a graph it updates one-embedding tables only")
     blocks = []
     for p, g in zip(params, grads):
-        states = [_variable(job, trace, group["states"][p][s]) for s in names]
+        states = [_as_param(trace, _variable(job, trace, group["states"][p][s]), job.tensors[p])
+                  for s in names]
         blocks.append((p, [_variable(job, trace, p), g, *states]))
     targets = []  # variable names in output order
     outs = []
@@ -164,6 +177,24 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool,
         raise AssertionError(f"{op_name}: {len(outs)} outputs for {len(targets)} variables")
     if kind == "sgd" and names:
         targets.append(group["first"])
-        outs.append(registry.op("full", shape=(), fill_value=0.0, dtype=dt.float64))
+        flag = job.tensors[group["first"]]
+        outs.append(registry.op("full", shape=(), fill_value=0.0, dtype=dt.float64,
+                                _device=GlobalDevice(flag.placement) if flag.is_global
+                                else None))
     for var, value in zip(targets, outs):
+        target = job.tensors[var]
+        if not target.is_global and value.is_global:
+            value = trace.convert("to_local", value)  # a local state of a global parameter
+        elif target.is_global and value.is_global and tuple(value.sbp) != target.sbp:
+            # the update keeps the variable's SBP (eager's in-place writes box the same way)
+            value = trace.convert("to_global", value, target.placement, target.sbp)
         job.add_op("assign", (var, trace.name_of(value)), (), scope="optimizer")
+
+
+def _as_param(trace: Trace, state, param):
+    """A local state of a global parameter (Adam's step counter, the same on every rank)
+    taken as a B tensor on the parameter's placement, so the update sees global inputs."""
+    if state.is_global or not param.is_global:
+        return state
+    placement = param.placement
+    return trace.piece_to_global(state, placement, (B,) * placement.ndim, state._meta)
