@@ -28,15 +28,15 @@ from .._core.errors import op_error
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.node import _FREED
 from ..comm import get_rank
-from ..framework import interpreter
+from ..framework import global_tensor, interpreter
 from ..framework import tensor as _tensor_mod
 from ..framework.tensor import Tensor
-from ..framework import global_tensor
 from ..sbp import B, infer, layout
 from ..sbp.placement import Placement
 from ..vm import Blob
 from ..vm.machine import _user_site
 from .ir import Job, Variable, boxing_attrs
+
 
 class LazyTensorError(RuntimeError):
     """A traced value was read on the host inside `nn.Graph.build()`."""

@@ -31,10 +31,10 @@ from ..autograd import no_grad
 from ..framework import global_tensor as _global
 from ..framework import interpreter as _interpreter
 from ..framework.tensor import Tensor
-from ..sbp import B as _B
 from ..graph import passes as _passes
 from ..graph.ir import Job, Variable
 from ..graph.trace import flatten, module_names, trace_build, unflatten
+from ..sbp import B as _B
 from .modules.module import Module
 
 TRAIN_STEP = "System-Train-TrainStep"
