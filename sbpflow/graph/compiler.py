@@ -35,7 +35,7 @@ from .._core.codec import encode
 from ..ops import registry
 from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc
 from ..runtime.runtime import Runtime
-from ..sbp import layout
+from ..sbp import P, layout
 from . import ir
 from .kernels import boxing as _boxing_kernels  # noqa: F401 - registers the BOXING kernels
 
@@ -120,8 +120,11 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
                                     {"value": np.empty(pieces[o][0], job.tensors[o].dtype.np)},
                                     op.scope, op.loc))
             continue
-        chain.append(OpDesc(op.name, kind, tuple(op.inputs), tuple(op.outputs),
-                            dict(op.attrs), op.scope, op.loc))
+        attrs = dict(op.attrs)
+        if kind == "constant" and job.tensors[op.outputs[0]].is_global:
+            attrs["value"] = _constant_piece(attrs["value"], job.tensors[op.outputs[0]], rank)
+        chain.append(OpDesc(op.name, kind, tuple(op.inputs), tuple(op.outputs), attrs,
+                            op.scope, op.loc))
 
     tensors: dict[str, TensorDesc] = {}
     mem_bytes = 0
@@ -185,6 +188,19 @@ def _piece_of(lt: ir.LogicalTensor, rank: int):
         bounds = tuple((s.start, s.stop)
                        for s in layout.piece(shape, lt.placement, lt.sbp, rank))
     return local, shape, bounds
+
+
+def _constant_piece(value: np.ndarray, lt: ir.LogicalTensor, rank: int) -> np.ndarray:
+    """This rank's piece of a constant (constants hold logical values): a slice for S, the
+    whole for B, and for P the value on the first rank of each P axis and zeros elsewhere."""
+    if not lt.placement.has(rank):
+        return np.empty(layout.local_shape(lt.shape, lt.placement, lt.sbp, rank), value.dtype)
+    piece = np.ascontiguousarray(value[layout.piece(tuple(lt.shape), lt.placement, lt.sbp,
+                                                    rank)])
+    coords = lt.placement.coords(rank)
+    if any(x is P and coords[k] != 0 for k, x in enumerate(lt.sbp)):
+        piece = np.zeros_like(piece)
+    return piece
 
 
 def _elsewhere(job: ir.Job, op, rank: int) -> bool:

@@ -1,0 +1,244 @@
+"""nn.Graph over global tensors, against eager global mode: run on every rank under
+`mpiexec -n 2` and `-n 4` (tests/graph/test_graph_global.py launches it; not collected by
+pytest on its own: the name does not start with test_).
+
+The oracle for every case is the same program in eager global mode (whose logical values the
+global tests check against single-device results): a graph's outputs must carry the placement
+and SBP eager gives, and equal its values; training must leave the same parameters.  Cases
+with a 2-D grid run on 4 ranks only.
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+import sbpflow as flow
+import sbpflow.nn as nn
+from sbpflow.framework import global_tensor
+
+RANK = flow.env.get_rank()
+WORLD = flow.env.get_world_size()
+P = flow.placement("cpu", list(range(WORLD)))
+B, S, PS = flow.sbp.broadcast, flow.sbp.split, flow.sbp.partial_sum
+TOL = dict(rtol=1e-5, atol=1e-6)
+
+four = pytest.mark.skipif(WORLD != 4, reason="a 2x2 grid needs 4 ranks")
+
+
+def _data(shape, seed, sbp=(B,), placement=P, dtype=np.float32):
+    a = np.random.RandomState(seed).randn(*shape).astype(dtype)
+    return flow.tensor(a).to_global(placement, [B] * placement.ndim).to_global(placement, sbp)
+
+
+def _mlp(placement=P, tp=False, grid=False, dtype=flow.float32):
+    flow.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(dtype)
+    m = m.to_global(placement, [B] * placement.ndim)
+    if tp or grid:  # Megatron's MLP: column-parallel, then row-parallel
+        col, row = (S(0), S(1)) if not grid else ((B, S(0)), (B, S(1)))
+        col = col if grid else (col,)
+        row = row if grid else (row,)
+        bias0 = (B, S(0)) if grid else (S(0),)
+        m[0].weight = nn.Parameter(m[0].weight.to_global(placement, col))
+        m[0].bias = nn.Parameter(m[0].bias.to_global(placement, bias0))
+        m[2].weight = nn.Parameter(m[2].weight.to_global(placement, row))
+    return m
+
+
+def _optimizer(kind, params):
+    if kind == "sgd":
+        return flow.optim.SGD(params, lr=0.1, momentum=0.9)
+    return flow.optim.Adam(params, lr=0.01)
+
+
+class TrainGraph(nn.Graph):
+    def __init__(self, model, opt):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(opt)
+
+    def build(self, x, y):
+        loss = ((self.model(x) - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+
+class EvalGraph(nn.Graph):
+    def __init__(self, fn, model=None):
+        super().__init__()
+        if model is not None:
+            self.model = model
+        self.fn = fn
+
+    def build(self, *args):
+        return self.fn(self, *args)
+
+
+def _same_global(got, want):
+    assert got.is_global and got.placement == want.placement, (got.placement, want.placement)
+    assert got.sbp == want.sbp, (got.sbp, want.sbp)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL)
+
+
+def _train(kind, make, x_sbp, grid=False, steps=4, rows=10):
+    placement = P if not grid else flow.placement("cpu", [[0, 1], [2, 3]])
+    me, mg = make(placement), make(placement)
+    oe, og = _optimizer(kind, me.parameters()), _optimizer(kind, mg.parameters())
+    x = _data((rows, 6), 1, x_sbp, placement)
+    y = _data((rows, 3), 2, x_sbp, placement)
+    g = TrainGraph(mg, og)
+    for _ in range(steps):
+        loss_e = ((me(x) - y) ** 2).mean()
+        oe.zero_grad()
+        loss_e.backward()
+        oe.step()
+        _same_global(g(x, y), loss_e)
+    for (name, pe), pg in zip(me.named_parameters(), mg.parameters()):
+        assert pg.sbp == pe.sbp, name
+        np.testing.assert_allclose(pg.numpy(), pe.numpy(), err_msg=name, **TOL)
+    return g
+
+
+# -- training equals eager global ----------------------------------------------------------
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_data_parallel_training_equals_eager(kind):
+    g = _train(kind, lambda p: _mlp(p), (S(0),))
+    # the gradients of the B parameters are P: the Job all-reduces them before the update
+    text = str(g._last.job)
+    assert f"P -> B: all_reduce over ranks {list(range(WORLD))}, 192 B" in text, text
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_tensor_parallel_mlp_training_equals_eager(kind):
+    _train(kind, lambda p: _mlp(p, tp=True), (B,))
+
+
+@pytest.mark.parametrize("rows", [5, 7])
+def test_data_parallel_uneven_batch_equals_eager(rows):
+    # 5 rows on 4 ranks are 2, 1, 1, 1; on 2 ranks 3, 2
+    _train("sgd", lambda p: _mlp(p), (S(0),), rows=rows)
+
+
+@four
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_2d_grid_data_times_tensor_parallel_training_equals_eager(kind):
+    _train(kind, lambda p: _mlp(p, grid=True), (S(0), B), grid=True)
+
+
+# -- forward: boxing nodes, conversions, pieces -------------------------------------------
+def test_p_to_b_inside_a_graph():
+    a = _data((4, 2 * WORLD), 3, (S(1),))
+    b = _data((2 * WORLD, 5), 4, (S(0),))
+
+    def fn(self, a, b):
+        y = flow.matmul(a, b)  # S(1) @ S(0) -> P: no communication
+        return y, y.to_global(P, B)
+
+    g = EvalGraph(fn)
+    out = io.StringIO()
+    g.debug(1)
+    with redirect_stdout(out):
+        partial, full = g(a, b)
+    want = flow.matmul(a, b)
+    _same_global(partial, want)
+    _same_global(full, want.to_global(P, B))
+    assert partial.sbp == (PS,)
+    text = out.getvalue()
+    # the explicit node, in flow.boxing.explain's words (4 x 5 float32: 80 bytes)
+    assert f"P -> B: all_reduce over ranks {list(range(WORLD))}, 80 B" in text, text
+    assert flow.boxing.explain(want, P, B) in text
+    assert f"(P) on ranks {list(range(WORLD))}" in text, text
+
+
+@pytest.mark.parametrize("rows", [5, 9])
+def test_to_global_inside_build_with_uneven_splits_and_to_local_pieces(rows):
+    x = _data((rows, 3), 5, (B,))
+
+    def fn(self, x):
+        s = x.to_global(P, S(0))
+        piece = s.to_local()
+        return s * 2, piece + 1, s.to_global(P, B)
+
+    g = EvalGraph(fn)
+    s, piece, back = g(x)
+    want = x.to_global(P, S(0))
+    _same_global(s, want * 2)
+    _same_global(back, x)
+    assert piece.is_local
+    lo, hi = global_tensor.layout.piece((rows, 3), P, (S(0),), RANK)[0].indices(rows)[:2]
+    assert tuple(piece.shape) == (hi - lo, 3)
+    np.testing.assert_allclose(piece.numpy(), want.to_local().numpy() + 1, **TOL)
+
+
+def test_local_to_global_inside_build():
+    # each rank's local tensor is its piece of the S(0) tensor, as eager to_global
+    local = flow.tensor(np.full((2, 3), RANK + 1.0, np.float32))
+
+    def fn(self, t):
+        return t.to_global(P, S(0)).sum(0)
+
+    g = EvalGraph(fn)
+    want = local.to_global(P, S(0)).sum(0)
+    got = g(local)
+    _same_global(got, want)
+
+
+def test_random_arange_and_mean_over_a_split_axis_equal_eager():
+    def fn(self, x):
+        r = flow.rand(7, 4, placement=P, sbp=S(0))
+        a = flow.arange(7 * 4, placement=P, sbp=S(0)).reshape(7, 4)
+        return r, a, x.mean(0), x.mean()
+
+    x = _data((7, 4), 6, (S(0),))
+    g = EvalGraph(fn)
+    flow.manual_seed(11)
+    got = g(x)
+    flow.manual_seed(11)
+    want = fn(None, x)
+    for a, b in zip(got, want):
+        _same_global(a, b)
+
+
+def test_graph_output_sbps_are_eager_sbps_for_mixed_programs():
+    model = _mlp(tp=True)
+
+    def fn(self, x):
+        h = self.model[0](x)
+        return h, self.model(x), h.sum(), flow.relu(h).t()
+
+    x = _data((4, 6), 7, (B,))
+    g = EvalGraph(fn, model)
+    with flow.no_grad():
+        want = fn(g, x)
+    for a, b in zip(g(x), want):
+        _same_global(a, b)
+
+
+def test_the_plan_holds_this_ranks_pieces():
+    x = _data((5, 3), 8, (S(0),))
+    g = EvalGraph(lambda self, x: (x * 3).to_global(P, B))
+    g(x)
+    plan = g._last.runner.plan
+    mine = global_tensor.layout.local_shape((5, 3), P, (S(0),), RANK)
+    descs = [t for t in plan.tensors.values() if t.logical == (5, 3)]
+    assert any(t.shape == mine for t in descs), plan
+    assert f"{list(mine)} of [5, 3]" in str(plan), plan
+    assert any(op.op_type == "boxing" for task in plan.tasks for op in task.ops)
+
+
+def test_delays_on_some_ranks_change_nothing():
+    import time
+
+    model = _mlp()
+    g = EvalGraph(lambda self, x: self.model(x).sum().to_global(P, B), model)
+    x = _data((8, 6), 9, (S(0),))
+    with flow.no_grad():
+        want = model(x).sum().to_global(P, B)
+    for k in range(3):
+        if (RANK + k) % 2:
+            time.sleep(0.05 * (RANK + 1))
+        _same_global(g(x), want)
