@@ -5,6 +5,9 @@ import tempfile
 
 import pytest
 
+# Every Job a test compiles is verified after each graph pass (placements and SBPs too).
+os.environ.setdefault("SBPFLOW_CHECK_JOBS", "1")
+
 
 # Under `mpiexec -n N python -m pytest ...`, a test failing on one rank would leave the others
 # blocked in their next collective: end the whole job at once, naming the rank and the test.

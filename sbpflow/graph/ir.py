@@ -206,8 +206,14 @@ class Job:
     def outputs(self) -> list[OpNode]:
         return sorted(self.ops_of("output"), key=lambda o: o.attrs["index"])
 
-    def check(self) -> None:
-        """Every input is produced earlier, every tensor is produced once: raise otherwise."""
+    def check(self, placements: bool = False) -> None:
+        """Every input is produced earlier, every tensor is produced once: raise otherwise.
+
+        `placements=True` also checks placements and SBPs (the verifier `run_passes` runs
+        after every pass under `debug()` and in the tests): an op reads either local tensors
+        or global ones on one placement (0-d tensors aside), never both; its global tensors'
+        (input, output) nd-SBPs are a signature its OpDef declares; a boxing node's tensors
+        are the two ends its attrs name; every SBP fits its placement's hierarchy."""
         seen = set()
         for op in self.ops:
             for i in op.inputs:
@@ -218,6 +224,13 @@ class Job:
                 if o in seen:
                     raise ValueError(f"Job {self.name}: {o!r} is produced twice")
                 seen.add(o)
+        if placements:
+            for t in self.tensors.values():
+                if len(t.sbp) != t.placement.ndim:
+                    raise ValueError(f"Job {self.name}: tensor {t.name} has nd-SBP {t.sbp} "
+                                     f"for a placement of {t.placement.ndim} axes")
+            for op in self.ops:
+                _check_placements(self, op)
 
     # -- text forms ---------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -297,6 +310,69 @@ class Job:
         # Keep fresh names unique after a round trip.
         job._counter = itertools.count(len(job.ops) + len(job.tensors) + 1)
         return job
+
+
+# -- the SBP/placement verifier ---------------------------------------------------------------
+def _check_placements(job: Job, op: OpNode) -> None:
+    ts = [job.tensors[n] for n in (*op.inputs, *op.outputs)]
+
+    def fail(what: str):
+        raise ValueError(f"Job {job.name}: op {op.name} ({op.op_type}) at {op.where()}: {what}")
+
+    if op.op_type in BOXING:
+        (sp, ss), (dp, ds) = boxing_ends(op.attrs)
+        src, dst = ts
+        if op.op_type != "local_to_global" and (src.placement != sp or src.sbp != ss):
+            fail(f"reads {src.name} on {src.placement} {src.sbp}, attrs say {sp} {ss}")
+        if op.op_type != "global_to_local" and (dst.placement != dp or dst.sbp != ds):
+            fail(f"makes {dst.name} on {dst.placement} {dst.sbp}, attrs say {dp} {ds}")
+        if src.is_global == (op.op_type == "local_to_global") or \
+                dst.is_global == (op.op_type == "global_to_local"):
+            fail("converts between the wrong kinds of tensor (local/global)")
+        return
+    if op.op_type in STRUCTURAL:
+        if op.op_type == "assign":
+            var, value = (job.tensors[n] for n in op.inputs)
+            if var.is_global != value.is_global or (var.is_global and (
+                    var.placement != value.placement or var.sbp != value.sbp)):
+                fail(f"writes {value.name} ({value.placement} {value.sbp}) into variable "
+                     f"{var.name} ({var.placement} {var.sbp}): box it first")
+        return
+    glob = [t for t in ts if t.is_global]
+    if not glob:
+        return
+    if len(glob) != len(ts):
+        fail("mixes local and global tensors: "
+             f"{', '.join(t.name for t in ts if not t.is_global)} are local")
+    placement = next((t.placement for t in glob if t.shape), glob[0].placement)
+    for t in glob:
+        if t.shape and t.placement != placement:
+            fail(f"{t.name} is on {t.placement}, the op on {placement}")
+    try:
+        from ..ops import registry
+
+        opdef = registry.get(op.op_type)
+    except KeyError:
+        return  # an op type of a pass (fused kernels): its own pass checked it
+    from ..sbp import infer
+
+    ins = tuple(job.tensors[n] for n in op.inputs)
+    outs = tuple(job.tensors[n] for n in op.outputs)
+    in_metas = tuple(t.meta for t in ins)
+    out_metas = tuple(t.meta for t in outs)
+    want = (tuple(t.sbp for t in ins), tuple(t.sbp for t in outs))
+    if not ins:
+        return  # creation ops: what they make is checked by the boxing after them
+    cands = infer.candidates(opdef.signatures(in_metas, op.attrs), in_metas, out_metas,
+                             placement, want[0])
+    if want not in cands:
+        fail(f"nd-SBPs {_sig_text(want)} are not a signature of {op.op_type} on {placement}")
+
+
+def _sig_text(sig) -> str:
+    ins, outs = sig
+    return (f"({', '.join(_sbp_text(x) for x in ins)}) -> "
+            f"({', '.join(_sbp_text(x) for x in outs)})")
 
 
 # -- boxing nodes -----------------------------------------------------------------------------

@@ -537,7 +537,7 @@ class Graph:
         if self._debug >= 1:
             def dump(name, j):
                 print(f"{self._name}: after pass {name}\n{j}")
-        times = _passes.run_passes(job, dump=dump)
+        times = _passes.run_passes(job, dump=dump, check=self._debug >= 0)
         t1 = time.perf_counter()
         runner = _runner_factory(job)
         compile_s = time.perf_counter() - t1

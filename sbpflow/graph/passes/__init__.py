@@ -8,6 +8,7 @@ prints the Job after each pass (`run_passes(job, dump=print)`).
 from __future__ import annotations
 
 import importlib
+import os
 import time
 
 # (name, module): the order matters.  autograd turns `loss.backward()` into gradient ops;
@@ -33,9 +34,19 @@ def get(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def run_passes(job, dump=None, skip=()) -> dict[str, float]:
+# The verifier (`Job.check(placements=True)`) runs after every pass when asked (`check=True`,
+# as `nn.Graph` does under `debug()`), or always when SBPFLOW_CHECK_JOBS is set (the tests).
+CHECK_JOBS = os.environ.get("SBPFLOW_CHECK_JOBS", "") not in ("", "0")
+
+
+def run_passes(job, dump=None, skip=(), check: bool = False) -> dict[str, float]:
     """Run every pass in ORDER (except those in `skip`) on `job`.  `dump(name, job)` is
-    called after each pass.  Returns the seconds each pass took."""
+    called after each pass; with `check` (or SBPFLOW_CHECK_JOBS=1) the verifier checks the
+    Job before the first pass and after each one, naming the pass that broke it.  Returns
+    the seconds each pass took."""
+    check = check or CHECK_JOBS
+    if check:
+        _verify(job, "tracing")
     times = {}
     for name in ORDER:
         if name in skip:
@@ -43,6 +54,15 @@ def run_passes(job, dump=None, skip=()) -> dict[str, float]:
         t0 = time.perf_counter()
         get(name).run(job)
         times[name] = time.perf_counter() - t0
+        if check:
+            _verify(job, f"pass {name}")
         if dump is not None:
             dump(name, job)
     return times
+
+
+def _verify(job, after: str) -> None:
+    try:
+        job.check(placements=True)
+    except ValueError as e:
+        raise ValueError(f"the Job is inconsistent after {after}: {e}") from e
