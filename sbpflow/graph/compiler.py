@@ -1,22 +1,33 @@
 """The compiler: Job -> task graph -> Plan (see runtime/plan.py), and linking a Plan.
 
-On one rank the task graph is
+Each rank compiles its own share of the one logical Job (OneFlow's RankCompiler): every global
+tensor becomes this rank's piece (`TensorDesc.shape`; the logical shape and the piece's bounds
+ride along for the kernels' contexts), ops whose outputs lie on placements without this rank
+become empty constants, and global constants are cut to their pieces.  A step without
+collectives is
 
     source -> copy_in -> compute -> copy_out -> tick -> sink
-                            \\__________________/
+                            \__________________/
+
+and a step with collectives is cut at each of them: every boxing node that sends data (and
+every local -> global broadcast) is a task of its own (kind `boxing`, on the comm stream)
+between compute tasks, `source -> copy_in -> compute-0 -> boxing-1 -> compute-2 -> ... ->
+copy_out`.  Task and register ids follow the Job's order, so every rank derives the same ones,
+and the collectives run in the one order the Plan fixes, whatever order tasks become ready in
+(each depends on the one before).  The tasks of a step share its memory block.
 
 The source starts a job instance; copy_in copies the call's inputs into its register's planned
 buffers (register_num 2: it runs one step ahead of compute), or in the inline plan hands them on
 by reference (the graph call's VM instruction already keeps them unchanged until the step is
-done, and a copy would cost a pass over every batch); the compute task runs the whole
-step (forward, backward, update) as one chain of ops in the Job's order; copy_out hands the
-outputs over; the tick joins the completions of compute and copy_out; the sink notifies the
-caller.  Task boundaries sit where something real happens (a data source, a copy, a stream
-change), not at every op: in Python a message costs microseconds.
+done, and a copy would cost a pass over every batch); the compute tasks run the step (forward,
+backward, update) as chains of ops in the Job's order; copy_out hands the outputs over; the tick
+joins the completions of the last compute task and copy_out; the sink notifies the caller.
+Task boundaries sit where something real happens (a data source, a copy, a collective), not at
+every op: in Python a message costs microseconds.
 
 `threads="inline"` (the default) maps every task to thread 0, the calling thread, which runs
-the message loop inside the graph-call instruction; `threads="stream"` gives the copy tasks
-and the compute task their own threads (one per stream).
+the message loop inside the graph-call instruction; `threads="stream"` gives the copy tasks,
+the compute tasks and the boxing tasks their own threads (one per stream).
 
 Kernels are linked by the runtime from op types: the op registry, plus `kernel_resolver(job)`
 for op types registered in `ir.KERNEL_RESOLVERS` (this module passes it in, because runtime/
@@ -35,7 +46,7 @@ from .._core.codec import encode
 from ..ops import registry
 from ..runtime.plan import OpDesc, Plan, RegisterDesc, TaskDesc, TensorDesc
 from ..runtime.runtime import Runtime
-from ..sbp import P, layout
+from ..sbp import B, P, boxing, layout
 from . import ir
 from .kernels import boxing as _boxing_kernels  # noqa: F401 - registers the BOXING kernels
 
@@ -143,25 +154,32 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
     results = tuple(dict.fromkeys(outputs))
     in_bytes = sum(tensors[t].nbytes for t in inputs)
     out_bytes = sum(tensors[t].nbytes for t in results)
-    tasks = [
-        TaskDesc(0, "source", "source", "host", 0, (), (0,)),
-        TaskDesc(1, "copy_in", "copy_in", "copy", copy_thread, (0,), (1,)),
-        TaskDesc(2, "compute", "compute", "compute", compute_thread, (1,), (2,), chain,
-                 results, tuple(assigns), mem_bytes),
-        TaskDesc(3, "copy_out", "copy_out", "copy", copy_thread, (2,), (3,)),
-        TaskDesc(4, "tick", "tick", "host", 0, (2, 3), (4,)),
-        TaskDesc(5, "sink", "sink", "host", 0, (4,), ()),
-    ]
-    registers = [
-        RegisterDesc(0, "source-out", 0, (1,), 1),
-        # Two slots: the input copy of step n+1 overlaps the compute of step n.
-        RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs, in_bytes if copy_inputs else 0,
-                     by_ref=not copy_inputs),
-        RegisterDesc(2, "compute-out", 2, (3, 4), 1, results, out_bytes,
-                     mem_block="compute" if any(tensors[t].mem for t in results) else None),
-        RegisterDesc(3, "copy_out-out", 3, (4,), 1),
-        RegisterDesc(4, "tick-out", 4, (5,), 1),
-    ]
+    segments = _segments(job, chain)
+    if len(segments) == 1:
+        tasks = [
+            TaskDesc(0, "source", "source", "host", 0, (), (0,)),
+            TaskDesc(1, "copy_in", "copy_in", "copy", copy_thread, (0,), (1,)),
+            TaskDesc(2, "compute", "compute", "compute", compute_thread, (1,), (2,), chain,
+                     results, tuple(assigns), mem_bytes),
+            TaskDesc(3, "copy_out", "copy_out", "copy", copy_thread, (2,), (3,)),
+            TaskDesc(4, "tick", "tick", "host", 0, (2, 3), (4,)),
+            TaskDesc(5, "sink", "sink", "host", 0, (4,), ()),
+        ]
+        registers = [
+            RegisterDesc(0, "source-out", 0, (1,), 1),
+            # Two slots: the input copy of step n+1 overlaps the compute of step n.
+            RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs, in_bytes if copy_inputs else 0,
+                         by_ref=not copy_inputs),
+            RegisterDesc(2, "compute-out", 2, (3, 4), 1, results, out_bytes,
+                         mem_block="compute" if any(tensors[t].mem for t in results)
+                         else None),
+            RegisterDesc(3, "copy_out-out", 3, (4,), 1),
+            RegisterDesc(4, "tick-out", 4, (5,), 1),
+        ]
+    else:
+        tasks, registers = _cut_step(segments, assigns, inputs, results, tensors, mem_bytes,
+                                     copy_inputs, in_bytes, copy_thread, compute_thread,
+                                     threads)
     device = "cpu"
     for lt in job.tensors.values():
         device = lt.placement.type
@@ -173,6 +191,133 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
                 device)
     plan.stats["compile_seconds"] = time.perf_counter() - t0
     return plan
+
+
+# -- the step's task graph ----------------------------------------------------------------------
+def _collective(job: ir.Job, op: OpDesc) -> bool:
+    """A node that talks to other ranks: a boxing route that sends data (not B -> S, a local
+    slice), or a local -> global broadcast along a grid axis of more than one rank."""
+    if op.op_type == "boxing":
+        (sp, ss), (dp, ds) = ir.boxing_ends(op.attrs)
+        return boxing.route(job.tensors[op.inputs[0]].meta, sp, ss, dp, ds).communicates
+    if op.op_type == "local_to_global" and op.attrs.get("broadcast", True):
+        _, (dp, ds) = ir.boxing_ends(op.attrs)
+        return any(x is B and dp.hierarchy[k] > 1 for k, x in enumerate(ds))
+    return False
+
+
+def _segments(job: ir.Job, chain: list[OpDesc]) -> list[tuple[str, list[OpDesc]]]:
+    """The step's chain cut where something real happens: each collective node is a task of
+    its own (kind 'boxing', on the comm stream), the ops between them are compute tasks.
+    A step without collectives is one compute task."""
+    out: list[tuple[str, list[OpDesc]]] = []
+    for op in chain:
+        if _collective(job, op):
+            out.append(("boxing", [op]))
+        elif out and out[-1][0] == "compute":
+            out[-1][1].append(op)
+        else:
+            out.append(("compute", [op]))
+    return out or [("compute", [])]
+
+
+def _cut_step(segments, assigns, inputs, results, tensors, mem_bytes, copy_inputs, in_bytes,
+              copy_thread, compute_thread, threads):
+    """Tasks and registers of a step cut into `segments`: source -> copy_in -> seg 0 -> ...
+    -> seg k -> copy_out, with the tick joining seg k and copy_out.  Each segment's register
+    holds the tensors later segments (or the outputs) read, in a fixed order; ids follow the
+    Job's order, so every rank derives the same ones from the same Job.  The segments share
+    the step's memory block (its offsets were planned over the whole step).  An assign goes to
+    the segment where the Job placed it, or to a later one that still reads the variable's
+    old value (directly or through a view)."""
+    n = len(segments)
+    seg_of: dict[str, int] = {}  # op name -> segment
+    starts = []
+    pos = 0
+    for k, (_, ops) in enumerate(segments):
+        starts.append(pos)
+        for op in ops:
+            seg_of[op.name] = k
+        pos += len(ops)
+    # which variable each tensor may alias (variable op tensors and views of them)
+    root_var: dict[str, str] = {}
+    last_reader: dict[str, int] = {}  # variable -> last segment reading its old value
+    for k, (_, ops) in enumerate(segments):
+        for op in ops:
+            if op.op_type == "variable":
+                root_var[op.outputs[0]] = op.attrs["var"]
+                last_reader[op.attrs["var"]] = k
+                continue
+            if op.op_type not in ("feed", "constant") and op.inputs and \
+                    _is_view(op.op_type) and op.inputs[0] in root_var:
+                root_var[op.outputs[0]] = root_var[op.inputs[0]]
+            for t in op.inputs:
+                var = root_var.get(t)
+                if var is not None:
+                    last_reader[var] = k
+    placed: list[list] = [[] for _ in range(n)]
+    for var, value, at in assigns:
+        k = 0
+        while k + 1 < n and starts[k + 1] < at:
+            k += 1
+        k = max(k, last_reader.get(var, 0))
+        local = max(0, min(at - starts[k], len(segments[k][1])))
+        placed[k].append((var, value, local))
+    # what each boundary must carry: tensors read after it, made at or before it
+    made: dict[str, int] = {t: -1 for t in inputs}
+    for k, (_, ops) in enumerate(segments):
+        for op in ops:
+            for o in op.outputs:
+                made[o] = k
+    needed_after: list[list[str]] = [[] for _ in range(n)]
+    reads: list[list[str]] = []
+    for k, (_, ops) in enumerate(segments):
+        r = [t for op in ops for t in op.inputs] + [v for _, v, _ in placed[k]]
+        reads.append(r)
+    for k in range(n):
+        later = [t for j in range(k + 1, n) for t in reads[j]]
+        if k == n - 1:
+            later = list(results)
+        else:
+            later += list(results)
+        needed_after[k] = [t for t in dict.fromkeys(later) if made.get(t, n) <= k]
+    tasks = [TaskDesc(0, "source", "source", "host", 0, (), (0,)),
+             TaskDesc(1, "copy_in", "copy_in", "copy", copy_thread, (0,), (1,))]
+    registers = [RegisterDesc(0, "source-out", 0, (1,), 1),
+                 RegisterDesc(1, "copy_in-out", 1, (2,), 2, inputs,
+                              in_bytes if copy_inputs else 0, by_ref=not copy_inputs)]
+    comm_thread = 3 if threads == "stream" else 0
+    first = 2
+    copy_out, tick, sink = first + n, first + n + 1, first + n + 2
+    for k, (kind, ops) in enumerate(segments):
+        tid = first + k
+        name = f"{kind}-{k}"
+        consumers = (tid + 1,) if k + 1 < n else (copy_out, tick)
+        blobs = tuple(needed_after[k]) if k + 1 < n else tuple(results)
+        thread = comm_thread if kind == "boxing" else compute_thread
+        tasks.append(TaskDesc(tid, name, kind, "comm" if kind == "boxing" else "compute",
+                              thread, (tid - 1,), (tid,), list(ops), blobs,
+                              tuple(placed[k]), mem_bytes, block="step" if mem_bytes else ""))
+        # between the tasks of one step, slots hand the arrays on by reference (planned
+        # ones live in the step's block); only the last one's results are the step's outputs
+        registers.append(RegisterDesc(
+            tid, f"{name}-out", tid, consumers, 1, blobs,
+            sum(tensors[t].nbytes for t in blobs) if k + 1 == n else 0, by_ref=k + 1 < n,
+            mem_block="step" if any(tensors[t].mem for t in blobs) else None))
+    tasks += [TaskDesc(copy_out, "copy_out", "copy_out", "copy", copy_thread, (copy_out - 1,),
+                       (copy_out,)),
+              TaskDesc(tick, "tick", "tick", "host", 0, (copy_out - 1, copy_out), (tick,)),
+              TaskDesc(sink, "sink", "sink", "host", 0, (tick,), ())]
+    registers += [RegisterDesc(copy_out, "copy_out-out", copy_out, (tick,), 1),
+                  RegisterDesc(tick, "tick-out", tick, (sink,), 1)]
+    return tasks, registers
+
+
+def _is_view(op_type: str) -> bool:
+    try:
+        return registry.get(op_type).view
+    except KeyError:
+        return False
 
 
 def _piece_of(lt: ir.LogicalTensor, rank: int):

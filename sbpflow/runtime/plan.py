@@ -115,7 +115,7 @@ class RegisterDesc:
 class TaskDesc:
     id: int
     name: str
-    kind: str  # source | copy_in | compute | copy_out | tick | sink
+    kind: str  # source | copy_in | compute | boxing | copy_out | tick | sink
     stream: str  # host | copy | compute: what the task's work runs on
     thread: int  # the actor thread that runs it (0: the calling thread)
     consumed: tuple[int, ...] = ()  # register ids
@@ -129,6 +129,10 @@ class TaskDesc:
     assigns: tuple[tuple[str, str, int], ...] = ()
     # compute: bytes of the memory block its planned tensors live in
     mem_bytes: int = 0
+    # compute: the name of that block when tasks share one ('' : the task's own).  The tasks
+    # of one step cut at boxing nodes share the step's block: its offsets were planned over
+    # the whole step, and one piece at a time runs through them.
+    block: str = ""
 
 
 @dataclasses.dataclass
@@ -210,7 +214,7 @@ class Plan:
                          "scope": o.scope, "loc": list(o.loc) if o.loc else None}
                         for o in t.ops],
                 "results": list(t.results), "assigns": [list(a) for a in t.assigns],
-                "mem_bytes": t.mem_bytes} for t in self.tasks],
+                "mem_bytes": t.mem_bytes, "block": t.block} for t in self.tasks],
             "registers": [dataclasses.asdict(r) for r in self.registers],
             "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype,
                          "mem": list(t.mem) if t.mem is not None else None, "root": t.root,
@@ -235,8 +239,8 @@ class Plan:
             [OpDesc(o["name"], o["op_type"], tuple(o["inputs"]), tuple(o["outputs"]),
                     {k: decode(v) for k, v in o["attrs"].items()}, o["scope"],
                     tuple(o["loc"]) if o["loc"] else None) for o in t["ops"]],
-            tuple(t["results"]), tuple(tuple(a) for a in t["assigns"]), t["mem_bytes"])
-            for t in d["tasks"]]
+            tuple(t["results"]), tuple(tuple(a) for a in t["assigns"]), t["mem_bytes"],
+            t.get("block", "")) for t in d["tasks"]]
         regs = [RegisterDesc(r["id"], r["name"], r["producer"], tuple(r["consumers"]),
                              r["register_num"], tuple(r["blobs"]), r["nbytes"],
                              r.get("by_ref", False), r.get("mem_block"))

@@ -94,10 +94,13 @@ class Runtime:
                 actor = self.source = SourceActor(task, regs, bus, tr)
             elif task.kind == "copy_in":
                 actor = CopyInActor(task, regs, bus, prims, tr)
-            elif task.kind == "compute":
+            elif task.kind in ("compute", "boxing"):  # a boxing task: a chain of one node
                 block = None
                 if task.mem_bytes:
-                    block = self.blocks[task.name] = _block(plan, task)
+                    key = task.block or task.name
+                    block = self.blocks.get(key)
+                    if block is None:
+                        block = self.blocks[key] = _block(plan, task)
                 chain = self.chains[task.name] = Chain(task, plan, linked, self.variables,
                                                        prims, block, rng_index, profile)
                 actor = ComputeActor(task, regs, bus, chain, tr)
@@ -130,10 +133,10 @@ class Runtime:
         """copy_out: per output, (index in the compute register's arrays, copy or not)."""
         plan = self.plan
         rd = self.registers[task.consumed[0]].desc
-        producer = plan.task(rd.producer)
-        chain = self.chains.get(producer.name)
-        copied = chain.copied if chain is not None else set()
-        planned = chain.planned if chain is not None else set()
+        # the chains of every compute task: an output may be made by an earlier one and
+        # passed on through the registers between them
+        copied = set().union(*(c.copied for c in self.chains.values()))
+        planned = set().union(*(c.planned for c in self.chains.values()))
         picks, seen = [], set()
         for name in plan.outputs:
             t = plan.tensors[name]

@@ -553,6 +553,18 @@ class BoxingRoute:
     def explain(self) -> str:
         return "\n".join(s.describe() for s in self.steps)
 
+    @property
+    def communicates(self) -> bool:
+        """Whether any step sends data between ranks (B -> S(i) is a local slice, P -> B an
+        all-reduce); a graph gives such routes a task of their own."""
+        for m in self._moves:
+            if isinstance(m, _AxisMove):
+                if m.rule.communicates:
+                    return True
+            elif any(t.src != t.dst for t in m.transfers):
+                return True
+        return False
+
     def participants(self) -> tuple[int, ...]:
         """The sorted ranks of the src and dst placements: those that call `run`."""
         return self._participants

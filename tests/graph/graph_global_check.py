@@ -18,6 +18,7 @@ import pytest
 
 import sbpflow as flow
 import sbpflow.nn as nn
+from sbpflow import comm
 from sbpflow.framework import global_tensor
 
 RANK = flow.env.get_rank()
@@ -242,3 +243,73 @@ def test_delays_on_some_ranks_change_nothing():
         if (RANK + k) % 2:
             time.sleep(0.05 * (RANK + 1))
         _same_global(g(x), want)
+
+
+def _same_on_every_rank(text: str) -> bool:
+    """Whether `text` is the same on every rank (an all-gather of its hash)."""
+    import hashlib
+
+    h = np.frombuffer(hashlib.blake2b(text.encode(), digest_size=8).digest(), np.int64)
+    everyone = comm.world().all_gather(h.copy()[None, :])
+    return len({int(x) for x in everyone.ravel()}) == 1
+
+
+def test_the_step_is_cut_at_boxing_nodes_with_the_same_ids_on_every_rank():
+    g = _train("sgd", lambda p: _mlp(p), (S(0),), steps=1)
+    plan = g._last.runner.plan
+    boxing = [t for t in plan.tasks if t.kind == "boxing"]
+    # one task per all-reduce of a gradient (4 parameters), on the comm stream, each running
+    # one boxing node; compute tasks between them
+    assert len(boxing) == 4, plan
+    assert all(t.stream == "comm" and [op.op_type for op in t.ops] == ["boxing"]
+               for t in boxing)
+    kinds = [t.kind for t in plan.tasks]
+    assert kinds[:3] == ["source", "copy_in", "compute"] and kinds[-3:] == [
+        "copy_out", "tick", "sink"], kinds
+    # ids, names, edges and the order of the collectives are derived from the Job: the same
+    # on every rank
+    shape = repr([(t.id, t.name, t.kind, t.consumed, t.produced, [o.name for o in t.ops])
+                  for t in plan.tasks] + [(r.id, r.producer, r.consumers, r.blobs)
+                                          for r in plan.registers])
+    assert _same_on_every_rank(shape)
+    order = [op.name for t in plan.tasks for op in t.ops if op.op_type == "boxing"]
+    assert _same_on_every_rank(repr(order))
+
+
+def test_threaded_actors_with_injected_delays_equal_eager():
+    """Compute, copy and comm tasks on their own threads (threads='stream'), with a delay
+    injected into one rank's boxing tasks: readiness differs between the ranks, the
+    collectives still run in the Plan's order, and the result equals eager."""
+    import time
+
+    from sbpflow.graph.compiler import build_runtime, compile_job
+
+    model = _mlp(tp=True)
+    g = EvalGraph(lambda self, x: self.model(x).to_global(P, B), model)
+    x = _data((4, 6), 10, (B,))
+    g(x)
+    job = g._last.job
+    plan = compile_job(job, threads="stream")
+    assert len({t.thread for t in plan.tasks}) > 1
+    rt = build_runtime(job, plan=plan)
+    if RANK == 1:
+        for c in rt.chains.values():
+            if c.task.kind == "boxing":
+                fn = c.fn
+
+                def slow(*a, _fn=fn):
+                    time.sleep(0.05)
+                    return _fn(*a)
+
+                c.fn = slow
+                for actor in rt.actors.values():
+                    if getattr(actor, "chain", None) is c:
+                        actor._fn = slow
+    try:
+        with flow.no_grad():
+            want = model(x).to_global(P, B)
+        for _ in range(3):
+            (out,) = rt.run([global_tensor._local_alias(x)])
+            np.testing.assert_allclose(out.numpy(), want.to_local().numpy(), **TOL)
+    finally:
+        rt.stop()
