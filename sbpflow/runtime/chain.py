@@ -120,8 +120,10 @@ class Chain:
 
     # -- code generation ---------------------------------------------------------------------
     def _generate(self, task, plan, linked, variables, prims, block, rng_index):
+        """(source, globals) of the chain's function: the step's lines in op order, with
+        each assign and `del` where its analysis below put it."""
         env: dict = {"ec": prims.ensure_contiguous, "cp": prims.contiguous,
-                     "copy": prims.copy, "asarray": np.asarray}
+                     "copy": prims.copy, "asarray": np.asarray, "rv": _reshape_view}
         local: dict[str, str] = {}  # tensor name -> local variable name
 
         def name_of(t):
@@ -130,90 +132,18 @@ class Chain:
                 v = local[t] = f"v{len(local)}"
             return v
 
-        # Which variable's memory each tensor may alias (a variable op's tensor, views of it).
-        root_var: dict[str, str] = {}
-        for op in task.ops:
-            if op.op_type == "variable":
-                root_var[op.outputs[0]] = op.attrs["var"]
-            elif op.op_type not in STRUCTURAL and linked[op.name].view and op.inputs:
-                var = root_var.get(op.inputs[0])
-                if var is not None:
-                    root_var[op.outputs[0]] = var
-        # The last op that reads each variable's old value (directly or through a view).
-        old_read: dict[str, int] = {}
-        for i, op in enumerate(task.ops):
-            if op.op_type == "variable":  # binds the array: it reads too
-                old_read[op.attrs["var"]] = i
-            for t in op.inputs:
-                var = root_var.get(t)
-                if var is not None:
-                    old_read[var] = i
-
-        # Last use of each tensor, by op position (-1: before the first op); results live to
-        # the end.
-        end = len(task.ops)
-        last: dict[str, int] = {}
-        for i, op in enumerate(task.ops):
-            for t in op.inputs:
-                last[t] = i
-            for t in op.outputs:
-                last.setdefault(t, i)
-        for t in task.results:
-            last[t] = end
+        root_var, old_read = self._variable_aliases(task, linked)
         ins_names = [t for rid in task.consumed for t in plan.registers[rid].blobs]
-        for t in ins_names:
-            last.setdefault(t, -1)
-
-        # Assigns.  The Job places an assign where the step wrote the variable; memory
-        # planning may reuse the value's buffer right after that point, and ops after it may
-        # still read the variable's old value.  So the write happens at the assign's place when
-        # every reader of the old value is done by then; otherwise the value is snapshotted
-        # there and written after the last reader.
-        after: dict[int, list] = {}  # op position -> lines (with their sites) to emit after it
-        produced_at = {t: i for i, op in enumerate(task.ops) for t in op.outputs}
-        var_tensors = {op.outputs[0] for op in task.ops if op.op_type == "variable"}
-        direct: dict[str, int] = {}  # value tensor -> assign index: the kernel writes the var
-        for j, (var, value, pos) in enumerate(task.assigns):
-            env[f"A{j}"] = variables[var]
-            site = _AssignSite(var, value)
-            if self._in_place_ok(task, plan, linked, variables, var, value, produced_at,
-                                 old_read, root_var, var_tensors, direct):
-                direct[value] = j
-                self.inplace_assigns.add(var)
-                continue
-            at = min(pos, end) - 1  # after the last chain op that precedes the assign op
-            last[value] = max(last.get(value, -1), at)
-            reader = old_read.get(var, -1)
-            if reader <= at:
-                after.setdefault(at, []).append(
-                    (f"copy(A{j}._blob.array, {name_of(value)})  # assign {var!r}", site))
-            else:
-                after.setdefault(at, []).append((f"s{j} = cp({name_of(value)})", site))
-                after.setdefault(reader, []).append(
-                    (f"copy(A{j}._blob.array, s{j})  # assign {var!r}", site))
-                after[reader].append((f"del s{j}", None))
+        last = self._last_uses(task, ins_names)
+        after, direct = self._place_assigns(task, plan, linked, variables, env, name_of, last,
+                                            root_var, old_read)
         # Results that alias a variable are snapshotted where they are made (an assign may
         # overwrite the variable later in the step); results that alias an input register
         # slot (which the copy task refills) are copied at the end.
         var_results = {t for t in task.results if plan.tensors[t].root == "variable"}
         in_results = [t for t in dict.fromkeys(task.results)
                       if plan.tensors[t].root == "input"]
-
-        # Reshapes of the step's inputs whose result only plain (non-view) ops read and the
-        # chain does not return: a view when the input array is C-contiguous (the copy-in
-        # slots are), so no copy; such ops never write their inputs.
-        readers: dict[str, list] = {}
-        for op in task.ops:
-            for t in op.inputs:
-                readers.setdefault(t, []).append(op)
-        results = set(task.results)
-        input_reshapes = {
-            op.name for op in task.ops
-            if op.op_type == "reshape" and len(op.inputs) == 1 and op.inputs[0] in ins_names
-            and op.outputs[0] not in results
-            and all(r.op_type not in STRUCTURAL and not linked[r.name].view
-                    for r in readers.get(op.outputs[0], ()))}
-        env["rv"] = _reshape_view
+        input_reshapes = self._input_reshapes(task, linked, ins_names)
 
         body: list[tuple[str, object]] = []  # (line, op or None)
         if ins_names:
@@ -223,85 +153,8 @@ class Chain:
         if dead:
             body.append((f"del {', '.join(dead)}", None))
         for i, op in enumerate(task.ops):
-            outs = [name_of(t) for t in op.outputs]
-            k = f"_{i}"
-            if op.op_type == "variable":
-                env["V" + k] = variables[op.attrs["var"]]
-                body.append((f"{outs[0]} = V{k}._blob.array  # variable {op.attrs['var']!r}", op))
-            elif op.op_type == "feed":
-                env["D" + k] = plan.tensors[op.outputs[0]].meta.dtype.np
-                body.append((f"{outs[0]} = asarray(feeds[{op.attrs['key']!r}], D{k})"
-                             f"  # feed", op))
-            elif op.op_type == "constant":
-                env["K" + k] = op.attrs["value"]
-                body.append((f"{outs[0]} = K{k}  # constant", op))
-            else:
-                lk = linked[op.name]
-                descs_in = [plan.tensors[t] for t in op.inputs]
-                descs_out = [plan.tensors[t] for t in op.outputs]
-                in_metas = tuple(d.meta for d in descs_in)
-                out_metas = tuple(d.meta for d in descs_out)
-                if any(d.logical is not None for d in descs_in + descs_out):
-                    # pieces of global tensors: the kernel also sees the logical metas and
-                    # where its output pieces lie (as eager global ops do)
-                    env["C" + k] = KernelContext(
-                        prims, op.op_type, in_metas, out_metas,
-                        tuple(d.logical_meta for d in descs_in),
-                        tuple(d.logical_meta for d in descs_out),
-                        tuple(d.slices for d in descs_out))
-                else:
-                    env["C" + k] = KernelContext(prims, op.op_type, in_metas, out_metas)
-                kernel = lk.kernel
-                if op.attrs:
-                    kernel = functools.partial(kernel, **op.attrs)
-                env["F" + k] = kernel
-                if lk.random:
-                    body.append((f"C{k}.seed, C{k}.offset = rng[{rng_index[op.name]}]", op))
-                args = ", ".join(name_of(t) for t in op.inputs)
-                if lk.variadic:
-                    args = f"[{args}]"
-                args = f"C{k}, {args}" if args else f"C{k}"
-                out_buf = None
-                t0 = plan.tensors[op.outputs[0]] if len(op.outputs) == 1 else None
-                writes = [direct.get(t) for t in op.outputs]
-                if any(w is not None for w in writes):  # results straight into variables
-                    bufs = [f"A{w}._blob.array" if w is not None else "None" for w in writes]
-                    out_buf = bufs[0] if len(bufs) == 1 else f"({', '.join(bufs)})"
-                    args += f", out={out_buf}"
-                    call = f"F{k}({args})"
-                    lhs = outs[0] if len(outs) == 1 else f"{', '.join(outs)},"
-                    body.append((f"{lhs} = {call}  # {op.op_type} ({op.name}), in place",
-                                 op))
-                    for o, w in zip(outs, writes):
-                        if w is None:
-                            body.append((f"{o} = ec({o})", op))
-                elif (block is not None and t0 is not None and t0.mem is not None
-                        and lk.accepts_out and not lk.view):
-                    off, _ = t0.mem
-                    env["O" + k] = np.ndarray(t0.shape, t0.meta.dtype.np, buffer=block,
-                                              offset=off)
-                    out_buf = f"O{k}"
-                    self.planned.add(op.outputs[0])
-                    args += f", out={out_buf}"
-                call = f"F{k}({args})"
-                if any(w is not None for w in writes):
-                    pass
-                elif op.name in input_reshapes:
-                    env["S" + k] = tuple(plan.tensors[op.outputs[0]].shape)
-                    body.append((f"{outs[0]} = rv({name_of(op.inputs[0])}, S{k}, F{k}, C{k})"
-                                 f"  # {op.op_type} ({op.name}), a view of the input", op))
-                elif lk.view or out_buf is not None:
-                    body.append((f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = {call}"
-                                 f"  # {op.op_type} ({op.name})", op))
-                elif len(outs) == 1:
-                    body.append((f"{outs[0]} = ec({call})  # {op.op_type} ({op.name})", op))
-                elif not outs:  # an effect (e.g. a one-embedding update in its store)
-                    body.append((f"{call}  # {op.op_type} ({op.name})", op))
-                else:
-                    body.append((f"{', '.join(outs)}, = {call}  # {op.op_type} ({op.name})",
-                                 op))
-                    for o in outs:
-                        body.append((f"{o} = ec({o})", op))
+            self._op_lines(body, i, op, plan, linked, variables, prims, block, rng_index,
+                           env, name_of, direct, input_reshapes)
             for t in op.outputs:
                 if t in var_results:
                     body.append((f"{name_of(t)} = cp({name_of(t)})  # a snapshot", None))
@@ -325,6 +178,164 @@ class Chain:
             if op is not None:
                 self.line_op[len(lines)] = op
         return "\n".join(lines) + "\n", env
+
+    @staticmethod
+    def _variable_aliases(task, linked):
+        """(tensor -> the variable whose memory it may alias (a variable op's tensor, views of
+        it), variable -> position of the last op that reads its old value)."""
+        root_var: dict[str, str] = {}
+        for op in task.ops:
+            if op.op_type == "variable":
+                root_var[op.outputs[0]] = op.attrs["var"]
+            elif op.op_type not in STRUCTURAL and linked[op.name].view and op.inputs:
+                var = root_var.get(op.inputs[0])
+                if var is not None:
+                    root_var[op.outputs[0]] = var
+        old_read: dict[str, int] = {}
+        for i, op in enumerate(task.ops):
+            if op.op_type == "variable":  # binds the array: it reads too
+                old_read[op.attrs["var"]] = i
+            for t in op.inputs:
+                var = root_var.get(t)
+                if var is not None:
+                    old_read[var] = i
+        return root_var, old_read
+
+    @staticmethod
+    def _last_uses(task, ins_names) -> dict[str, int]:
+        """Last use of each tensor, by op position (-1: before the first op); results live
+        to the end."""
+        end = len(task.ops)
+        last: dict[str, int] = {}
+        for i, op in enumerate(task.ops):
+            for t in op.inputs:
+                last[t] = i
+            for t in op.outputs:
+                last.setdefault(t, i)
+        for t in task.results:
+            last[t] = end
+        for t in ins_names:
+            last.setdefault(t, -1)
+        return last
+
+    def _place_assigns(self, task, plan, linked, variables, env, name_of, last, root_var,
+                       old_read):
+        """Where each assign's write goes: (op position -> lines to emit after it, value
+        tensor -> assign index for values their kernel writes straight into the variable).
+
+        The Job places an assign where the step wrote the variable; memory planning may reuse
+        the value's buffer right after that point, and ops after it may still read the
+        variable's old value.  So the write happens at the assign's place when every reader
+        of the old value is done by then; otherwise the value is snapshotted there and
+        written after the last reader.  `last` is extended to keep each value alive."""
+        end = len(task.ops)
+        after: dict[int, list] = {}
+        produced_at = {t: i for i, op in enumerate(task.ops) for t in op.outputs}
+        var_tensors = {op.outputs[0] for op in task.ops if op.op_type == "variable"}
+        direct: dict[str, int] = {}
+        for j, (var, value, pos) in enumerate(task.assigns):
+            env[f"A{j}"] = variables[var]
+            site = _AssignSite(var, value)
+            if self._in_place_ok(task, plan, linked, variables, var, value, produced_at,
+                                 old_read, root_var, var_tensors, direct):
+                direct[value] = j
+                self.inplace_assigns.add(var)
+                continue
+            at = min(pos, end) - 1  # after the last chain op that precedes the assign op
+            last[value] = max(last.get(value, -1), at)
+            reader = old_read.get(var, -1)
+            if reader <= at:
+                after.setdefault(at, []).append(
+                    (f"copy(A{j}._blob.array, {name_of(value)})  # assign {var!r}", site))
+            else:
+                after.setdefault(at, []).append((f"s{j} = cp({name_of(value)})", site))
+                after.setdefault(reader, []).append(
+                    (f"copy(A{j}._blob.array, s{j})  # assign {var!r}", site))
+                after[reader].append((f"del s{j}", None))
+        return after, direct
+
+    @staticmethod
+    def _input_reshapes(task, linked, ins_names) -> set[str]:
+        """Reshapes of the step's inputs whose result only plain (non-view) ops read and the
+        chain does not return: a view when the input array is C-contiguous (the copy-in
+        slots are), so no copy; such ops never write their inputs."""
+        readers: dict[str, list] = {}
+        for op in task.ops:
+            for t in op.inputs:
+                readers.setdefault(t, []).append(op)
+        results = set(task.results)
+        return {
+            op.name for op in task.ops
+            if op.op_type == "reshape" and len(op.inputs) == 1 and op.inputs[0] in ins_names
+            and op.outputs[0] not in results
+            and all(r.op_type not in STRUCTURAL and not linked[r.name].view
+                    for r in readers.get(op.outputs[0], ()))}
+
+    def _op_lines(self, body, i, op, plan, linked, variables, prims, block, rng_index, env,
+                  name_of, direct, input_reshapes) -> None:
+        """Append the lines of op i: a structural binding, or its kernel call (into its
+        variable, its planned buffer, a view of an input, or a fresh contiguous array)."""
+        outs = [name_of(t) for t in op.outputs]
+        k = f"_{i}"
+        if op.op_type == "variable":
+            env["V" + k] = variables[op.attrs["var"]]
+            body.append((f"{outs[0]} = V{k}._blob.array  # variable {op.attrs['var']!r}", op))
+            return
+        if op.op_type == "feed":
+            env["D" + k] = plan.tensors[op.outputs[0]].meta.dtype.np
+            body.append((f"{outs[0]} = asarray(feeds[{op.attrs['key']!r}], D{k})  # feed", op))
+            return
+        if op.op_type == "constant":
+            env["K" + k] = op.attrs["value"]
+            body.append((f"{outs[0]} = K{k}  # constant", op))
+            return
+        lk = linked[op.name]
+        env["C" + k] = _context(prims, op, plan)
+        kernel = lk.kernel
+        if op.attrs:
+            kernel = functools.partial(kernel, **op.attrs)
+        env["F" + k] = kernel
+        if lk.random:
+            body.append((f"C{k}.seed, C{k}.offset = rng[{rng_index[op.name]}]", op))
+        args = ", ".join(name_of(t) for t in op.inputs)
+        if lk.variadic:
+            args = f"[{args}]"
+        args = f"C{k}, {args}" if args else f"C{k}"
+        what = f"{op.op_type} ({op.name})"
+        writes = [direct.get(t) for t in op.outputs]
+        if any(w is not None for w in writes):  # results straight into variables
+            bufs = [f"A{w}._blob.array" if w is not None else "None" for w in writes]
+            out_buf = bufs[0] if len(bufs) == 1 else f"({', '.join(bufs)})"
+            lhs = outs[0] if len(outs) == 1 else f"{', '.join(outs)},"
+            body.append((f"{lhs} = F{k}({args}, out={out_buf})  # {what}, in place", op))
+            for o, w in zip(outs, writes):
+                if w is None:
+                    body.append((f"{o} = ec({o})", op))
+            return
+        t0 = plan.tensors[op.outputs[0]] if len(op.outputs) == 1 else None
+        planned = (block is not None and t0 is not None and t0.mem is not None
+                   and lk.accepts_out and not lk.view)
+        if planned:
+            env["O" + k] = np.ndarray(t0.shape, t0.meta.dtype.np, buffer=block,
+                                      offset=t0.mem[0])
+            self.planned.add(op.outputs[0])
+            args += f", out=O{k}"
+        call = f"F{k}({args})"
+        if op.name in input_reshapes:
+            env["S" + k] = tuple(plan.tensors[op.outputs[0]].shape)
+            body.append((f"{outs[0]} = rv({name_of(op.inputs[0])}, S{k}, F{k}, C{k})"
+                         f"  # {what}, a view of the input", op))
+        elif lk.view or planned:
+            body.append((f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = {call}"
+                         f"  # {what}", op))
+        elif len(outs) == 1:
+            body.append((f"{outs[0]} = ec({call})  # {what}", op))
+        elif not outs:  # an effect (e.g. a one-embedding update in its store)
+            body.append((f"{call}  # {what}", op))
+        else:
+            body.append((f"{', '.join(outs)}, = {call}  # {what}", op))
+            for o in outs:
+                body.append((f"{o} = ec({o})", op))
 
     def _timed(self, body, env):
         """The body with a clock read after each op's lines: the time since the previous
@@ -377,6 +388,21 @@ class Chain:
         if t._base is not None or meta != plan.tensors[value].meta or t._offset:
             return False
         return t.is_contiguous()
+
+
+def _context(prims, op, plan) -> KernelContext:
+    """The kernel context of one op: its pieces' metas and, for pieces of global tensors,
+    the logical metas and where its output pieces lie (as eager global ops get them)."""
+    descs_in = [plan.tensors[t] for t in op.inputs]
+    descs_out = [plan.tensors[t] for t in op.outputs]
+    in_metas = tuple(d.meta for d in descs_in)
+    out_metas = tuple(d.meta for d in descs_out)
+    if any(d.logical is not None for d in descs_in + descs_out):
+        return KernelContext(prims, op.op_type, in_metas, out_metas,
+                             tuple(d.logical_meta for d in descs_in),
+                             tuple(d.logical_meta for d in descs_out),
+                             tuple(d.slices for d in descs_out))
+    return KernelContext(prims, op.op_type, in_metas, out_metas)
 
 
 class _AssignSite:
