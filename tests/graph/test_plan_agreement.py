@@ -3,7 +3,8 @@ whatever its file, lines and temporary directories, and differs for another prog
 that traced different Jobs fail together, naming the first differing op on both sides.
 
 On one process: the fingerprint, and `agree` over an in-process world of threads (the same
-collectives, so the report's logic is checked without MPI).
+collectives, so the report's logic is checked without MPI). Under mpiexec -n 2 and -n 4:
+scripts/agreement_check.py, where chosen ranks trace another build().
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import re
+import shutil
 import sys
 import threading
 
@@ -22,6 +24,14 @@ from sbpflow.graph import agreement
 from sbpflow.graph.ir import Job
 from sbpflow.sbp import B, S
 from sbpflow.sbp.placement import Placement
+from tests.mpijob import MPIEXEC, mpiexec_cmd, run_job, timeout_scale
+
+SCRIPT = __file__.rsplit("/", 1)[0] + "/scripts/agreement_check.py"
+# A job takes 2 to 4 s quiet (tests/comm/test_failures.py: 29 s was seen at load 8.6 on 2
+# cores). A mismatch that hung would last until the 600 s collective timeout, or the launch
+# timeout of 120 s here.
+ENDS_WITHIN_S = 45 * timeout_scale()
+LAUNCH_S = 120
 
 # The program whose Jobs the one-process tests compare; loaded from a file, so that its path
 # and line numbers can change between two loads.
@@ -286,3 +296,95 @@ def test_four_ranks_name_only_the_one_that_differs(base, four_ranks):
     assert re.search(r"rank 0 op \d+ \(\S+\) is sigmoid\(.*, rank 3 op \d+ \(\S+\) is tanh\(",
                      msg), msg
     assert "rank 1 " not in msg and "rank 2 " not in msg
+
+
+# -- under MPI ----------------------------------------------------------------------------------
+def _caught(job, rank) -> str:
+    found = re.search(rf"^rank {rank}: caught: (.*?)(?=^rank \d+: |\Z)", job.stdout,
+                      re.M | re.S)
+    assert found, job.output
+    return found.group(1)
+
+
+def _mismatch_job(n, mode, differ="1", env=None):
+    job = run_job(mpiexec_cmd(n, "-m", "mpi4py", SCRIPT, mode, differ), timeout=LAUNCH_S,
+                  env=env)
+    assert job.returncode != 0, job.output
+    assert job.seconds < ENDS_WITHIN_S, job.output
+    assert job.strays == 0
+    assert "ran, loss" not in job.stdout, job.output
+    return job
+
+
+def test_mpi_ranks_that_differ_fail_on_both_ranks_naming_both_sides():
+    job = _mismatch_job(2, "relu")
+    msgs = [_caught(job, r) for r in range(2)]
+    assert msgs[0] == msgs[1], job.output
+    assert re.search(r"rank 0 op 5 \(model\.2-variable-\d+\) is variable\(; var='model\.2\."
+                     r"weight'\) -> float32\[2, 8\] \(B\) at \S*agreement_check\.py:\d+, "
+                     r"rank 1 op 5 \(model\.2-relu-\d+\) is relu\(%4 float32\[3, 8\] \(B\)\) "
+                     r"-> float32\[3, 8\] \(B\) at \S*agreement_check\.py:\d+", msgs[0]), msgs[0]
+
+
+def test_mpi_uncaught_mismatch_ends_the_job():
+    job = _mismatch_job(2, "hidden", env={"UNCAUGHT": "1"})
+    assert "uncaught RuntimeError: nn.Graph Step_0: the ranks traced different graphs" in (
+        job.stderr), job.output
+    assert "float32[16, 4]" in job.stderr and "float32[8, 4]" in job.stderr
+
+
+def test_mpi_four_ranks_only_rank_3_differs():
+    job = _mismatch_job(4, "relu", "3")
+    msgs = [_caught(job, r) for r in range(4)]
+    assert len(set(msgs)) == 1, job.output
+    assert re.search(r"rank 0 op 5 \(.*\) is variable\(.*, rank 3 op 5 \(model\.2-relu-\d+\) "
+                     r"is relu\(", msgs[0]), msgs[0]
+    assert "rank 1 op" not in msgs[0] and "rank 2 op" not in msgs[0]
+
+
+def _two_copies(tmp_path):
+    """The script at two paths, the second 6 lines further down: one per rank (MPMD)."""
+    a, b = tmp_path / "a" / "agreement_check.py", tmp_path / "b" / "c" / "agreement_check.py"
+    a.parent.mkdir(parents=True)
+    b.parent.mkdir(parents=True)
+    shutil.copy(SCRIPT, a)
+    b.write_text("\n" * 5 + "# moved down\n" + open(SCRIPT).read())
+    return a, b
+
+
+def _mpmd(a_args, b_args):
+    py = sys.executable
+    return [MPIEXEC, "-n", "1", py, "-m", "mpi4py", *a_args, ":",
+            "-n", "1", py, "-m", "mpi4py", *b_args]
+
+
+def test_mpi_same_program_from_two_paths_agrees_and_runs(tmp_path):
+    a, b = _two_copies(tmp_path)
+    job = run_job(_mpmd([str(a), "same"], [str(b), "same"]), timeout=LAUNCH_S)
+    assert job.returncode == 0, job.output
+    losses = re.findall(r"^rank (\d): ran, loss (\S+)$", job.stdout, re.M)
+    assert sorted(r for r, _ in losses) == ["0", "1"] and len({v for _, v in losses}) == 1, (
+        job.output)
+
+
+def test_mpi_two_paths_that_differ_name_each_ranks_line(tmp_path):
+    # The control for the test above: the same launch with rank 1 adding the relu fails, and
+    # each side of the message shows that rank's own file and line.
+    a, b = _two_copies(tmp_path)
+    job = run_job(_mpmd([str(a), "relu", "1"], [str(b), "relu", "1"]), timeout=LAUNCH_S)
+    assert job.returncode != 0 and job.seconds < ENDS_WITHIN_S, job.output
+    msg = _caught(job, 0)
+    sides = re.search(r"rank 0 op 5 .* at (\S+):(\d+), rank 1 op 5 .* at (\S+):(\d+)", msg)
+    assert sides, msg
+    assert sides.group(1).endswith("a/agreement_check.py"), msg
+    assert sides.group(3).endswith("b/c/agreement_check.py"), msg
+    assert int(sides.group(4)) == int(sides.group(2)) + 6, msg
+
+
+def test_mpi_a_rank_that_compiles_no_graph_ends_the_job():
+    # Rank 1 never reaches the graph (here: it is never built) and ends its script: rank 0,
+    # waiting in the agreement's all-gather, is told in seconds instead of hanging.
+    job = run_job(mpiexec_cmd(2, "-m", "mpi4py", SCRIPT, "skip"), timeout=LAUNCH_S)
+    assert job.returncode != 0 and job.seconds < ENDS_WITHIN_S, job.output
+    assert "rank 0: all_gather #1 on control can never complete: rank 1 has ended" in (
+        job.output), job.output
