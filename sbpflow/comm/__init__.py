@@ -53,6 +53,15 @@ def world() -> Communicator:
     return _world
 
 
+def control() -> Communicator:
+    """The control plane's communicator (plan agreement): the ranks of `world()` on a private
+    MPI duplicate. Its collectives never meet the data collectives that the VM's comm stream
+    or a running Plan issue on `world()` from other threads, so the main thread may run one
+    at any point without draining those first. `world()` itself on one process."""
+    w = world()
+    return getattr(w, "control", w)
+
+
 def is_multi_process() -> bool:
     return env.is_multi_process()
 
@@ -143,7 +152,8 @@ if env.is_multi_process():
 
 __all__ = [
     "Communicator", "DEFAULT_TIMEOUT_S", "DivergenceError", "ReduceOp", "WorldOfOne",
-    "abort_job", "balanced_sizes", "collective_timeout", "divergence_check_enabled", "env",
+    "abort_job", "balanced_sizes", "collective_timeout", "control", "divergence_check_enabled",
+    "env",
     "get_local_rank", "get_local_world_size", "get_node_size", "get_rank", "get_world_size",
     "install_tensor_api", "is_multi_process", "on_clean_exit", "run_at_step",
     "set_collective_timeout", "set_divergence_check", "set_full_check", "world",

@@ -159,7 +159,12 @@ class MpiCommunicator(Communicator):
         # Private duplicates: our traffic never matches a user's own mpi4py messages, and the
         # watchdog talks on a communicator of its own.
         watchdog = _watchdog.Watchdog(MPI, world.Dup(), world.Get_rank(), world.Get_size())
-        return cls(world.Dup(), range(world.Get_size()), "world", watchdog, world.Dup())
+        ranks = range(world.Get_size())
+        comm = cls(world.Dup(), ranks, "world", watchdog, world.Dup())
+        # The control plane (`sbpflow.comm.control()`), duplicated now, on the main thread at
+        # start-up: a later Dup of the world would be a collective racing the comm stream's.
+        comm.control = cls(world.Dup(), ranks, "control", watchdog)
+        return comm
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _enter(self, op: str, a) -> int:

@@ -31,6 +31,7 @@ from ..autograd import no_grad
 from ..framework import global_tensor as _global
 from ..framework import interpreter as _interpreter
 from ..framework.tensor import Tensor
+from ..graph import agreement as _agreement
 from ..graph import passes as _passes
 from ..graph.ir import Job, Variable
 from ..graph.trace import flatten, module_names, trace_build, unflatten
@@ -538,6 +539,8 @@ class Graph:
             def dump(name, j):
                 print(f"{self._name}: after pass {name}\n{j}")
         times = _passes.run_passes(job, dump=dump, check=self._debug >= 0)
+        if comm.is_multi_process():  # every rank traced the same Job, or all fail now
+            _agreement.agree(job)
         t1 = time.perf_counter()
         runner = _runner_factory(job)
         compile_s = time.perf_counter() - t1
