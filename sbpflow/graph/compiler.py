@@ -185,7 +185,7 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
         device = lt.placement.type
         break
     stats = {k: v for k, v in job.stats.items() if _serialisable(v)}
-    stats.update({"ops": len(chain), "memory_block_bytes": mem_bytes, "threads": threads})
+    stats.update({"ops": len(chain), "threads": threads})  # memory: job.stats["memory"]
     plan = Plan(job.name, tasks, registers, tensors, inputs, outputs, feeds, variables,
                 {name: v.meta for name, v in job.variables.items()}, tuple(random_ops), stats,
                 device)

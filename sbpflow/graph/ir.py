@@ -48,6 +48,11 @@ BOXING = ("boxing", "local_to_global", "global_to_local")
 # op_type -> fn(op_node, job) -> kernel(ctx, *arrays, **attrs); for op types that are not
 # registered OpDefs (the fusion pass registers `fused_elementwise` here).
 KERNEL_RESOLVERS: dict[str, Callable[..., Any]] = {}
+# The op types of KERNEL_RESOLVERS whose kernels write their one output into the `out=` buffer
+# the runtime hands them (the resolver's kernel exists only at link time, so its module declares
+# it here): memory planning gives only such outputs, and those of registry kernels with
+# `accepts_out`, an offset in the block.
+OUT_WRITERS: set[str] = set()
 
 
 @dataclasses.dataclass

@@ -260,3 +260,4 @@ def resolve(node, job=None):
 
 for _t in (*ROW_OPS.values(), "col_sum"):
     ir.KERNEL_RESOLVERS[_t] = resolve
+    ir.OUT_WRITERS.add(_t)  # the kernel writes `out=`

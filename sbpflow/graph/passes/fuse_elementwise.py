@@ -847,3 +847,4 @@ def resolve(node, job=None):
 
 
 ir.KERNEL_RESOLVERS["fused_elementwise"] = resolve
+ir.OUT_WRITERS.add("fused_elementwise")  # its kernel writes `out=`
