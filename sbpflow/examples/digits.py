@@ -15,6 +15,16 @@ The last batch of an epoch is smaller, so the training graph compiles a second p
 Data-parallel: `python -m sbpflow.distributed.launch --nproc-per-node 2 -m
 sbpflow.examples.digits` trains one replica per rank under DistributedDataParallel, each rank
 on its DistributedSampler share of every global batch of `--batch-size`.
+
+`--graph` under the launcher is data parallel with global tensors instead (a graph has no
+DDP): the model is broadcast (`model.to_global(placement, B)`), every rank loads the whole
+batch of `--batch-size` in the single-rank order and keeps its rows (`S(0)`), and the graph's
+plan all-reduces the gradients (the boxing of their partial sums to `B`).  BatchNorm's batch
+statistics are over the whole logical batch (a mean over a split axis is a partial sum,
+reduced), so it is the single-rank program: the same losses and accuracy up to float
+rounding.  The test digits are split by rows the same way for the eval graph.  The checkpoint
+holds the logical values (gathered to rank 0, which writes it); `--resume` loads it on rank 0
+and broadcasts it.
 """
 
 from __future__ import annotations
@@ -85,10 +95,18 @@ class EvalGraph(nn.Graph):
         return self.model(x).argmax(dim=1)
 
 
-def evaluate(model, x, y, graph=None) -> float:
+def as_input(array: np.ndarray, placement=None):
+    """A batch as a tensor: local, or global split by rows over `placement` (every rank passes
+    the same logical array and keeps its own rows, no communication)."""
+    if placement is None:
+        return flow.tensor(array)
+    return flow.tensor(array, placement=placement, sbp=flow.sbp.split(0))
+
+
+def evaluate(model, x, y, graph=None, placement=None) -> float:
     model.eval()
     if graph is not None:
-        pred = graph(flow.tensor(x)).numpy()
+        pred = graph(as_input(x, placement)).numpy()  # of a global tensor: a collective
     else:
         with flow.no_grad():
             pred = model(flow.tensor(x)).argmax(dim=1).numpy()
@@ -105,28 +123,32 @@ def main(argv=None):
     p.add_argument("--resume", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--graph", action="store_true",
-                   help="train and evaluate with nn.Graph (static graphs; one rank only)")
+                   help="train and evaluate with nn.Graph (static graphs; under the launcher "
+                        "data parallel over global tensors)")
     args = p.parse_args(argv)
 
     from tqdm import tqdm
 
     rank, world = flow.env.get_rank(), flow.env.get_world_size()
-    if args.graph and world > 1:
-        raise NotImplementedError(
-            "digits --graph runs on one rank only: nn.Graph does not support several ranks "
-            "yet; run without --graph under the launcher, or --graph without it")
+    # A graph on several ranks: data parallel with global tensors (nn.Graph has no DDP).
+    placement = flow.placement("cpu", list(range(world))) if args.graph and world > 1 else None
     flow.manual_seed(args.seed)
     (x_tr, y_tr), (x_te, y_te) = load_digits(args.seed)
     model = DigitsCNN()
-    # Several ranks: one replica each (DDP broadcasts rank 0's weights and averages grads).
-    train_model = DistributedDataParallel(model) if world > 1 else model
+    if placement is not None:
+        model.to_global(placement, flow.sbp.broadcast)  # rank 0's initial weights everywhere
+        train_model = model
+    else:
+        # Several ranks: one replica each (DDP broadcasts rank 0's weights, averages grads).
+        train_model = DistributedDataParallel(model) if world > 1 else model
     opt = flow.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     sched = flow.optim.lr_scheduler.ExponentialLR(opt, gamma=0.85)  # stepped per epoch
     history = {"loss": [], "test_acc": []}
     start_epoch = 0
     ckpt = os.path.join(args.out, "checkpoint.safetensors")
     if args.resume:
-        state = flow.load(ckpt)
+        # global: rank 0 reads the file, every rank gets broadcast tensors
+        state = flow.load(ckpt, global_src_rank=0) if placement is not None else flow.load(ckpt)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -136,7 +158,7 @@ def main(argv=None):
     end_epoch = start_epoch + args.epochs
 
     dataset = TensorDataset(flow.tensor(x_tr), flow.tensor(y_tr))
-    if world > 1:
+    if world > 1 and placement is None:
         sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=args.seed)
         loader = DataLoader(dataset, batch_size=args.batch_size // world, sampler=sampler)
     else:
@@ -154,36 +176,45 @@ def main(argv=None):
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{end_epoch}", leave=False,
                    disable=rank != 0)
         for xb, yb in bar:
-            if train_graph is not None:
+            if train_graph is not None and placement is not None:
+                loss = train_graph(as_input(xb.numpy(), placement),
+                                   as_input(yb.numpy(), placement))
+            elif train_graph is not None:
                 loss = train_graph(xb, yb)
             else:
                 loss = F.cross_entropy(train_model(xb), yb)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-            value = loss.item()
+            value = loss.item()  # of a global loss: its logical value, a collective
             losses.append(value)
             total += value * len(yb)
             n += len(yb)
             bar.set_postfix(loss=f"{value:.4f}")
         sched.step()
-        acc = evaluate(model, x_te, y_te, eval_graph)  # every replica holds the same weights
+        acc = evaluate(model, x_te, y_te, eval_graph, placement)  # every replica: same weights
         history["loss"].append(total / n)
         history["test_acc"].append(acc)
         if rank == 0:
             print(f"epoch {epoch + 1:2d}  train loss {total / n:.4f}  test accuracy {acc:.4f}")
     flow.synchronize()  # the graphs' last updates are in the eager parameters and states
     elapsed = time.time() - t0
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+             "scheduler": sched.state_dict(), "history": history, "epoch": end_epoch}
+    if rank == 0:
+        os.makedirs(args.out, exist_ok=True)
+    if placement is not None:  # a collective: every rank's pieces, gathered to rank 0
+        flow.save(state, ckpt, global_dst_rank=0)
     if rank != 0:
         return history["test_acc"][-1]
-
-    os.makedirs(args.out, exist_ok=True)
-    flow.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-               "scheduler": sched.state_dict(), "history": history, "epoch": end_epoch}, ckpt)
+    if placement is None:
+        flow.save(state, ckpt)
     png = os.path.join(args.out, "curves.png")
     _plot(history, png)
     acc = history["test_acc"][-1]
-    mode = ", nn.Graph" if args.graph else ""
+    mode = ""
+    if args.graph:
+        mode = ", nn.Graph over global tensors" if placement is not None else ", nn.Graph"
     print(f"test accuracy {acc:.4f} after {end_epoch} epochs ({elapsed:.1f} s, {world} "
           f"rank{'s' if world > 1 else ''}{mode}); checkpoint {ckpt}; curves {png}")
     with open(os.path.join(args.out, "result.json"), "w") as f:
