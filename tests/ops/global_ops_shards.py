@@ -148,3 +148,174 @@ def quiet_seconds(group) -> float:
 
 def timeout_s(group) -> float:
     return HEADROOM * quiet_seconds(group)
+
+
+# -- the graph twin's cases (tests/ops/graph_global_ops_check.py) -----------------------------
+# Here, not in the check, so that tests/ops/test_graph_global_ops.py computes the shards without
+# starting MPI. The check runs whole samples per shard: its cases of a sample share graphs.
+GRAPH_FULL_PRODUCT = 128  # a sample with at most this many input-SBP combinations runs them all
+GRAPH_GRAD_PRODUCT = 16  # ... and back-propagates them all when at most this many
+GRAPH_GRAD_CASES = 8  # else gradient cases per grad sample, at most
+GRAPH_BATCH = 48  # cases per batched graph, at most
+# Ops that cannot be traced into a graph at all (op name -> why). None: every op runs.
+GRAPH_EXCLUDED: dict[str, str] = {}
+# Per-rank seconds of a quiet run on the 2-core reference machine: CPU seconds per rank
+# fitted over every sample (least squares over the check's --timings), plus a fifth for the
+# ranks waiting on each other.
+GRAPH_CASE_S = 0.0055  # one forward case: eager, and its share of a batched graph
+GRAPH_GRAD_CASE_S = 0.015  # one gradient case: eager backward, its share of a training graph
+GRAPH_S = 0.005  # one graph's compile beyond its ops
+GRAPH_SAMPLE_S = 0.003  # the local oracle, the inputs
+
+
+def case_number(row, sizes) -> int:
+    """The position of a combination (choice index per input) in itertools.product order."""
+    n = 0
+    for a, v in zip(row, sizes):
+        n = n * v + a
+    return n
+
+
+def case_row(n, sizes) -> tuple[int, ...]:
+    """The combination (choice index per input) at position n of itertools.product order."""
+    out = []
+    for v in reversed(sizes):
+        n, a = divmod(n, v)
+        out.append(a)
+    return tuple(reversed(out))
+
+
+def pairwise(sizes) -> list[int]:
+    """Case numbers of a deterministic pairwise covering set: every (input i's choice a,
+    input j's choice b) is in some case. Greedy (AETG-like): each new case starts from the
+    first pair not yet covered and fills the other inputs with the choice covering most new
+    pairs (the lowest choice on ties)."""
+    k = len(sizes)
+    if k < 2:
+        return list(range(math.prod(sizes)))
+    todo = {(i, a, j, b) for i in range(k) for j in range(i + 1, k)
+            for a in range(sizes[i]) for b in range(sizes[j])}
+    rows = []
+    while todo:
+        i0, a0, j0, b0 = min(todo)
+        row = [None] * k
+        row[i0], row[j0] = a0, b0
+        for i in range(k):
+            if row[i] is not None:
+                continue
+            fixed = [(j, row[j]) for j in range(k) if row[j] is not None]
+            gains = [sum(((i, a, j, b) if i < j else (j, b, i, a)) in todo for j, b in fixed)
+                     for a in range(sizes[i])]
+            row[i] = max(range(sizes[i]), key=lambda a: (gains[a], -a))
+        for i in range(k):
+            for j in range(i + 1, k):
+                todo.discard((i, row[i], j, row[j]))
+        rows.append(tuple(row))
+    return sorted({case_number(r, sizes) for r in rows})
+
+
+def graph_forward_cases(sizes) -> list[int]:
+    """Every combination when at most GRAPH_FULL_PRODUCT, else a pairwise covering set."""
+    total = math.prod(sizes)
+    return list(range(total)) if total <= GRAPH_FULL_PRODUCT else pairwise(sizes)
+
+
+def graph_grad_cases(sizes) -> list[int]:
+    """Every combination when at most GRAPH_GRAD_PRODUCT; else row r < the largest size gives
+    input i its ((r + i) mod size)-th SBP (every SBP of every input gets a gradient, against
+    varied SBPs of the others), plus the all-B case (0); at most GRAPH_GRAD_CASES (rows taken
+    evenly)."""
+    if not sizes:
+        return []
+    total = math.prod(sizes)
+    if total <= GRAPH_GRAD_PRODUCT:
+        return list(range(total))
+    picked = {case_number(tuple((r + i) % v for i, v in enumerate(sizes)), sizes)
+              for r in range(max(sizes))}
+    picked.add(0)
+    out = sorted(picked)
+    if len(out) > GRAPH_GRAD_CASES:
+        step = len(out) / GRAPH_GRAD_CASES
+        out = sorted({out[int(j * step)] for j in range(GRAPH_GRAD_CASES)} | {0})
+    return out
+
+
+def wants_grad(opdef, sample, arrays) -> bool:
+    """global_ops_check's rule: a grad sample of an op with a grad rule and a float input."""
+    return (sample.grad and opdef.grad is not None
+            and any(np.asarray(a).dtype.kind == "f" for a in arrays))
+
+
+@dataclass(frozen=True)
+class GraphSample:
+    """Sample `index` of op `name` (None: an op without samples) and the graph twin's case
+    counts: forward combinations (0 for a factory, which runs its output SBPs) and gradient
+    cases."""
+
+    name: str
+    index: int | None
+    forward: int
+    grads: int
+    random: bool
+
+
+def graph_samples(names):
+    """Every sample of the ops (GRAPH_EXCLUDED left out) with the graph twin's case counts,
+    in a fixed order."""
+    for name in sorted(set(names)):
+        if name in GRAPH_EXCLUDED:
+            continue
+        opdef = registry.get(name)
+        samples = H.op_samples(name)
+        if not samples:
+            yield GraphSample(name, None, 0, 0, False)
+        for index, sample in enumerate(samples):
+            arrays = [np.asarray(a) for a in H.flat_inputs(opdef, sample)]
+            if not arrays:
+                yield GraphSample(name, index, 0, 0, opdef.random)
+                continue
+            sizes = [len(sbp_choices(a)) for a in arrays]
+            grads = len(graph_grad_cases(sizes)) if wants_grad(opdef, sample, arrays) else 0
+            yield GraphSample(name, index, len(graph_forward_cases(sizes)), grads,
+                              opdef.random)
+
+
+def graph_seconds(w: GraphSample) -> float:
+    if w.index is None:
+        return 0.0
+    if w.forward == 0:  # a factory: its output SBPs, one graph each when random
+        n = FACTORY_CASES
+        return GRAPH_SAMPLE_S + n * GRAPH_CASE_S + (n if w.random else 1) * GRAPH_S
+    graphs = w.forward if w.random else math.ceil(w.forward / GRAPH_BATCH)
+    graphs += w.grads if w.random else math.ceil(w.grads / GRAPH_BATCH)
+    return (GRAPH_SAMPLE_S + w.forward * GRAPH_CASE_S + w.grads * GRAPH_GRAD_CASE_S
+            + graphs * GRAPH_S)
+
+
+def graph_shard_count(names) -> int:
+    total = sum(graph_seconds(w) for w in graph_samples(names))
+    return max(1, math.ceil(total / SHARD_S))
+
+
+def graph_shards(names, count: int) -> list[list[GraphSample]]:
+    """`count` groups of whole samples of balanced estimated work (heaviest first onto the
+    lightest shard). Deterministic, so every rank and the test compute the same split."""
+    loads = [0.0] * count
+    groups: list[list[GraphSample]] = [[] for _ in range(count)]
+    for w in sorted(graph_samples(names), key=lambda w: (-graph_seconds(w), _graph_order(w))):
+        j = min(range(count), key=lambda i: (loads[i], i))
+        loads[j] += graph_seconds(w)
+        groups[j].append(w)
+    return [sorted(g, key=_graph_order) for g in groups]
+
+
+def _graph_order(w: GraphSample):
+    return (w.name, -1 if w.index is None else w.index)
+
+
+def graph_quiet_seconds(group) -> float:
+    return STARTUP_S + sum(graph_seconds(w) for w in group)
+
+
+def graph_timeout_s(group) -> float:
+    return HEADROOM * graph_quiet_seconds(group)
