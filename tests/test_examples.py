@@ -6,7 +6,6 @@ import json
 import os
 
 import numpy as np
-import pytest
 import torch
 
 import sbpflow as flow
@@ -144,8 +143,10 @@ def test_gpt_graph_mode_gives_the_eager_losses(capsys):
     assert abs(acc_g - acc_e) <= 1 / 256  # generation is eager: same weights up to rounding
 
 
-def test_graph_flag_refuses_global_tensors():
-    from sbpflow.examples import gpt
-
-    with pytest.raises(NotImplementedError, match="global tensors"):
-        gpt.main(["--steps", "1", "--graph", "--global"])
+def test_gpt_graph_over_global_tensors_gives_the_eager_global_losses(capsys):
+    # One rank: the graph traced over the global model (placement [0]) and eager global mode
+    # (more ranks: tests/test_examples_graph_global.py).
+    acc_e, eager = _gpt_losses(capsys, "--global")
+    acc_g, graph = _gpt_losses(capsys, "--graph", "--global")
+    np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=2e-6)
+    assert abs(acc_g - acc_e) <= 1 / 256

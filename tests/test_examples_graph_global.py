@@ -30,12 +30,6 @@ LAYOUT_IDS = ["dp2", "tp2", "dp2xtp2"]
 GPT_TIMEOUT = {2: 90, 4: 150}
 DIGITS_TIMEOUT = 120
 
-GRAPH_BLOCKED = pytest.mark.xfail(
-    strict=True, reason="nn.Graph's tracer reports a view of a global tensor as contiguous, so "
-                        "MultiheadAttention's transpose(1, 2).reshape fails in build(); gpt.py "
-                        "refuses --graph over global tensors until it is fixed")
-
-
 def _ok(job) -> None:
     assert job.returncode == 0, job.output
     assert job.strays == 0, job.output
@@ -88,7 +82,6 @@ def test_gpt_tensor_parallel_layouts_have_the_single_device_losses(n, flags):
     assert abs(acc - want_acc) <= 1 / 256
 
 
-@GRAPH_BLOCKED
 @pytest.mark.parametrize("n,flags", LAYOUTS, ids=LAYOUT_IDS)
 def test_gpt_graph_layouts_have_the_eager_global_losses(n, flags):
     # The same layouts in one training nn.Graph (forward, backward, clipping, AdamW, lr_sch)

@@ -41,8 +41,7 @@ input grows by one token per step, which would compile one plan per length.  On 
 graph takes local tensors; under the launcher it takes the global model and batches of
 `--dp`/`--tp` (data parallel over every rank when neither is given): the same graph, traced
 once on each rank, with the boxing (the gradients' all-reduce, tensor parallel's partial sums)
-in its plan.  For now that raises NotImplementedError (`GRAPH_GLOBAL_BLOCKED` below says why:
-an nn.Graph tracing bug that MultiheadAttention hits); eager `--dp`/`--tp` work.
+in its plan.
 """
 
 from __future__ import annotations
@@ -216,17 +215,6 @@ class TrainGraph(nn.Graph):
         return loss
 
 
-# Framework bug, reported: remove this refusal (and the xfail marks in
-# tests/test_examples_graph_global.py) once it is fixed; the code below is ready for it.
-GRAPH_GLOBAL_BLOCKED = (
-    "gpt --graph over global tensors (--global, --dp/--tp, or --graph under the launcher) is "
-    "not available yet: inside nn.Graph.build() a view of a global tensor reports itself "
-    "contiguous (a lazy global tensor's stride() is its GlobalInfo's, which the tracer does "
-    "not set for views), so MultiheadAttention's out.transpose(1, 2).reshape(...) is traced as "
-    "a view and fails with 'view size is not compatible with input tensor's size and stride'. "
-    "Train eagerly (drop --graph), or use --graph on one rank with local tensors")
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=300)
@@ -252,8 +240,6 @@ def main(argv=None):
     rank, world = flow.env.get_rank(), flow.env.get_world_size()
     sizes = parallel_sizes(args, world)
     layout = make_layout(*sizes) if sizes is not None else None
-    if args.graph and layout is not None:
-        raise NotImplementedError(GRAPH_GLOBAL_BLOCKED)
     flow.manual_seed(args.seed)
     # Global: every rank draws the whole logical batch from the stream the single-device run
     # uses; otherwise each rank its own examples.

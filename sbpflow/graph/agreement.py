@@ -19,9 +19,11 @@ The rank enters a Job through placements only: a graph of local tensors on sever
 each rank's own SPMD program (graph/trace.py), its tensors stamped with that rank's `cpu[r]`
 but marked local (`LogicalTensor.is_global` False), and read as "local" here; a global
 tensor reads with its placement, which is the same on every rank (a pipeline stage on cpu[1]
-is cpu[1] everywhere).  Each rank also reads its Job with its own one-rank placement read as
-"local" ("spmd", for Jobs built without the marker, e.g. by hand); the ranks agree when either
-reading is the same on every rank, and an op agrees when either reading of it does.
+is cpu[1] everywhere), and its logical shape; a local tensor with its dtype and number of axes
+only (pieces and SPMD batches differ in length), bar a variable's, whose shape is compared.
+Each rank also reads its Job with its own one-rank placement read as "local" ("spmd", for
+Jobs built without the marker, e.g. by hand); the ranks agree when either reading is the same
+on every rank, and an op agrees when either reading of it does.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def entries(job: Job, rank: int | None = None) -> list[Entry]:
         for mine in (None, own):  # literal, spmd
             ins = ", ".join(f"{ref.get(x, '%?')} {_tensor_text(job, x, mine)}"
                             for x in op.inputs)
-            outs = ", ".join(_tensor_text(job, x, mine) for x in op.outputs)
+            state = op.op_type == "variable"  # a variable's shape is the model's: compared
+            outs = ", ".join(_tensor_text(job, x, mine, state) for x in op.outputs)
             texts.append(f"{op.op_type}({ins}{'; ' + attrs if attrs else ''})"
                          f"{' -> ' + outs if outs else ''}")
         out.append(Entry(texts[0], texts[1], op.name, i, _where(op.loc)))
@@ -175,13 +178,18 @@ def _say(items: list[Entry], k: int, is_op: bool) -> str:
 
 
 # -- texts --------------------------------------------------------------------------------------
-def _tensor_text(job: Job, name: str, own: list | None) -> str:
+def _tensor_text(job: Job, name: str, own: list | None, whole: bool = False) -> str:
     t = job.tensors.get(name)
     if t is None:
         return "?"
     text = f"{t.dtype.name}{list(t.shape)} ({', '.join(map(repr, t.sbp))})"
     p = t.placement
-    if not t.is_global:  # a local tensor: each rank's own, whatever rank stamped it
+    if not t.is_global:
+        # A local tensor is each rank's own, whatever rank stamped it, and so is its shape:
+        # a rank's piece from to_local(), or its own batch in an SPMD program, may differ in
+        # length; its dtype and number of axes may not.  A variable's shape is compared.
+        if not whole:
+            text = f"{t.dtype.name}[{', '.join('?' * len(t.shape))}] (local)"
         return text if p.type == "cpu" else f"{text} on {p.type}"
     return f"{text} on {p.type}{p.ranks}"  # global: the same placement on every rank
 

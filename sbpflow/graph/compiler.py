@@ -7,7 +7,7 @@ become empty constants, and global constants are cut to their pieces.  A step wi
 collectives is
 
     source -> copy_in -> compute -> copy_out -> tick -> sink
-                            \__________________/
+                            \\__________________/
 
 and a step with collectives is cut at each of them: every boxing node that sends data (and
 every local -> global broadcast) is a task of its own (kind `boxing`, on the comm stream)
@@ -341,7 +341,8 @@ def _constant_piece(value: np.ndarray, lt: ir.LogicalTensor, rank: int) -> np.nd
     if not lt.placement.has(rank):
         return np.empty(layout.local_shape(lt.shape, lt.placement, lt.sbp, rank), value.dtype)
     piece = np.ascontiguousarray(value[layout.piece(tuple(lt.shape), lt.placement, lt.sbp,
-                                                    rank)])
+                                                    rank)]).reshape(
+        layout.local_shape(tuple(lt.shape), lt.placement, lt.sbp, rank))  # 0-d stays 0-d
     coords = lt.placement.coords(rank)
     if any(x is P and coords[k] != 0 for k, x in enumerate(lt.sbp)):
         piece = np.zeros_like(piece)

@@ -382,12 +382,18 @@ def _sig_text(sig) -> str:
 
 # -- boxing nodes -----------------------------------------------------------------------------
 def boxing_attrs(src: LogicalTensor, placement: Placement, sbp: tuple,
-                 broadcast: bool = True) -> dict:
+                 broadcast: bool = True, dst_is_local: bool = False) -> dict:
     """The attrs of a BOXING node: both ends as plain data (nested rank tuples, SBP text),
     so a Plan read back from JSON can rebuild the route.  `broadcast=False`: a local ->
     global relabel whose pieces are already right (the gradient of `to_local`)."""
-    attrs = {"src_ranks": _nested(src.placement.ranks), "src_sbp": tuple(map(_sbp_enc, src.sbp)),
-             "dst_ranks": _nested(placement.ranks), "dst_sbp": tuple(map(_sbp_enc, sbp)),
+    # A local end has no placement of its own (each rank's tensor is its own, stamped with
+    # its rank): it is recorded as empty, so the node reads the same on every rank.
+    local_src = not src.is_global
+    local_dst = dst_is_local
+    attrs = {"src_ranks": () if local_src else _nested(src.placement.ranks),
+             "src_sbp": () if local_src else tuple(map(_sbp_enc, src.sbp)),
+             "dst_ranks": () if local_dst else _nested(placement.ranks),
+             "dst_sbp": () if local_dst else tuple(map(_sbp_enc, sbp)),
              "device": placement.type}
     if not broadcast:
         attrs["broadcast"] = False
@@ -395,10 +401,16 @@ def boxing_attrs(src: LogicalTensor, placement: Placement, sbp: tuple,
 
 
 def boxing_ends(attrs: dict) -> tuple:
-    """((src placement, src nd-SBP), (dst placement, dst nd-SBP)) of a BOXING node."""
+    """((src placement, src nd-SBP), (dst placement, dst nd-SBP)) of a BOXING node; a local
+    end is (None, ())."""
     dev = attrs["device"]
-    return ((Placement(dev, _lists(attrs["src_ranks"])), tuple(map(_sbp_dec, attrs["src_sbp"]))),
-            (Placement(dev, _lists(attrs["dst_ranks"])), tuple(map(_sbp_dec, attrs["dst_sbp"]))))
+
+    def end(ranks, sbp):
+        if not ranks:
+            return None, ()
+        return Placement(dev, _lists(ranks)), tuple(map(_sbp_dec, sbp))
+
+    return end(attrs["src_ranks"], attrs["src_sbp"]), end(attrs["dst_ranks"], attrs["dst_sbp"])
 
 
 def boxing_text(op: OpNode, job: Job) -> str:

@@ -30,7 +30,7 @@ from ..autograd.node import _FREED
 from ..comm import get_rank
 from ..framework import global_tensor, interpreter
 from ..framework import tensor as _tensor_mod
-from ..framework.tensor import Tensor
+from ..framework.tensor import Tensor, _contiguous_strides
 from ..sbp import B, infer, layout
 from ..sbp.placement import Placement
 from ..vm import Blob
@@ -64,7 +64,7 @@ class LazyTensor(Tensor):
     def detach(self) -> LazyTensor:
         d = self.__dict__
         t = d["_lazy_trace"].lazy(d["_lazy"])
-        t._strides, t._offset = self._strides, self._offset
+        _set_layout(t, self._strides, self._offset)
         if "_lazy_view" in d:
             t.__dict__["_lazy_view"] = d["_lazy_view"]
         return t
@@ -412,7 +412,8 @@ class Trace:
         """A conversion node: one input, one output; the output requires grad as its input."""
         src = self.job.tensors[name]
         dst = self.job.tensors[out]
-        self.job.add_op(op_type, (name,), (out,), boxing_attrs(src, dst.placement, dst.sbp),
+        self.job.add_op(op_type, (name,), (out,),
+                        boxing_attrs(src, dst.placement, dst.sbp, dst_is_local=not dst.is_global),
                         scope=self._scope(), loc=self.loc or _user_site())
         return self._relabel(t, out)
 
@@ -445,8 +446,13 @@ class Trace:
             src = tensors[0]
             # The eager layout (strides, offset) of the view: contiguous() and reshape decide
             # between a view and a copy by it, as they do in eager mode.
-            outs[0]._strides, outs[0]._offset = interpreter._view_layout(
-                opdef, src, out_metas[0], attrs)
+            if src._gl is not None and not src.is_lazy:
+                # an eager global tensor: its logical layout, not its piece's (pieces differ
+                # between ranks), as eager global views take it
+                src = global_tensor._LogicalLayout(
+                    src._meta, src._gl.strides or _contiguous_strides(src._meta.shape), 0)
+            _set_layout(outs[0], *interpreter._view_layout(opdef, src, out_metas[0], attrs))
+            src = tensors[0]
             view = src.__dict__.get("_lazy_view")
             base = src if view is None else view[0]
             outs[0].__dict__["_lazy_view"] = (base, self._version(base))
@@ -468,7 +474,7 @@ class Trace:
                     "out of place (e.g. torch.where or torch.cat) and assign it to the base")
             d["_lazy"] = value_name
             d["_lazy_rg"] = self._rg(value)
-            t._strides, t._offset = value._strides, value._offset
+            _set_layout(t, value._strides, value._offset)
             d["_lazy_version"] = d.get("_lazy_version", 0) + 1
             return t
         if t._base is not None:
@@ -524,6 +530,16 @@ class Trace:
         if not retain_graph:
             self._freed |= nodes
         self.job.loss.append(name)
+
+
+def _set_layout(t: Tensor, strides, offset: int) -> None:
+    """A lazy tensor's eager layout; a global one's GlobalInfo says it too (stride() and
+    is_contiguous() of a global tensor read the logical strides there)."""
+    t._strides, t._offset = strides, offset
+    if t._gl is not None:
+        logical = None if strides == _contiguous_strides(t._meta.shape) else tuple(strides)
+        if t._gl.strides != logical:
+            t._gl = t._gl._replace(strides=logical)
 
 
 def _site() -> str:

@@ -282,7 +282,8 @@ def test_a_shorter_job_is_named(four_ranks):
     short.ops.pop()  # no output op
     errors, _ = _agree_on_threads([long, short])
     assert errors[0] == errors[1] and errors[0] is not None
-    assert "rank 0 op 2 (" in errors[0] and "is output(%1 float32[2, 3] (B); index=0)" in errors[0]
+    assert "rank 0 op 2 (" in errors[0]
+    assert "is output(%1 float32[?, ?] (local); index=0)" in errors[0]
     assert "rank 1 has no op 2 (its Job ends after 2 ops)" in errors[0], errors[0]
 
 
@@ -329,8 +330,9 @@ def test_mpi_ranks_that_differ_fail_on_both_ranks_naming_both_sides():
     assert msgs[0] == msgs[1], job.output
     assert re.search(r"rank 0 op 5 \(model\.2-variable-\d+\) is variable\(; var='model\.2\."
                      r"weight'\) -> float32\[2, 8\] \(B\) at \S*agreement_check\.py:\d+, "
-                     r"rank 1 op 5 \(model\.2-relu-\d+\) is relu\(%4 float32\[3, 8\] \(B\)\) "
-                     r"-> float32\[3, 8\] \(B\) at \S*agreement_check\.py:\d+", msgs[0]), msgs[0]
+                     r"rank 1 op 5 \(model\.2-relu-\d+\) is relu\(%4 float32\[\?, \?\] "
+                     r"\(local\)\) -> float32\[\?, \?\] \(local\) at \S*agreement_check\.py:\d+",
+                     msgs[0]), msgs[0]
 
 
 def test_mpi_uncaught_mismatch_ends_the_job():

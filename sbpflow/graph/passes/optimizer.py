@@ -133,7 +133,7 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool,
                 "nn.Graph optimizer pass: gradient clipping over a group with a one-embedding "
                 f"table ({', '.join(embeddings)}) is not offered; put the table in its own group")
         for p in embeddings:  # its rows update in the store; the placeholder stays zero
-            _embedding_update(job, trace, kind, hyper, _feed(job, trace, group["lr"]), p,
+            _embedding_update(job, trace, kind, hyper, _feed(job, trace, group["lr"], p), p,
                               tables)
         params = [p for p in params if p not in tables]
     if not params:
