@@ -83,8 +83,8 @@ def _requires_grad(job: Job, ops) -> set[str]:
 
 
 def run(job: Job) -> None:
-    if not job.loss:
-        return
+    if not job.loss or job.config.get("gradient_accumulation_steps", 1) > 1:
+        return  # nothing to differentiate, or the gradient-accumulation pass did it
     job.grads.update(differentiate(job, job.loss, list(job.ops)))
 
 
