@@ -92,6 +92,11 @@ class OpNode:
     attrs: dict = dataclasses.field(default_factory=dict)
     scope: str = ""
     loc: tuple[str, int] | None = None  # (filename, lineno) of the user's line
+    # Gradient accumulation: the micro-batch (0..n-1) the op computes, or None for an op of
+    # the whole step (inputs, variables, the update, packing the outputs).  Passes keep ops of
+    # different micro-batches apart (fusing them would keep one micro-batch's values alive
+    # into the next).
+    micro_batch: int | None = None
 
     def where(self) -> str:
         """'<file>:<line>' of the user's build() line, for error messages."""
@@ -142,12 +147,13 @@ class Job:
         return t
 
     def add_op(self, op_type: str, inputs, outputs, attrs=None, scope: str = "", loc=None,
-               name: str | None = None, index: int | None = None) -> OpNode:
+               name: str | None = None, index: int | None = None,
+               micro_batch: int | None = None) -> OpNode:
         """Append an op (or insert it at `index`); `outputs` are names of tensors already
         added with `add_tensor`, which this op now produces."""
         name = name or self.new_name(f"{scope + '-' if scope else ''}{op_type}")
         node = OpNode(name, op_type, tuple(inputs), tuple(outputs), dict(attrs or {}), scope,
-                      loc)
+                      loc, micro_batch)
         for i in node.inputs:
             if i not in self.tensors:
                 raise ValueError(f"Job {self.name}: op {name} reads unknown tensor {i!r}")
@@ -247,6 +253,8 @@ class Job:
             if op.op_type in BOXING:
                 scope = f"  # {boxing_text(op, self)}" + (f" ({op.scope})" if op.scope else "")
                 attrs = ""
+            if op.micro_batch is not None:
+                scope += f"{'  #' if not scope else ','} micro-batch {op.micro_batch}"
             lhs = f"{outs} = " if outs else ""
             lines.append(f"  {lhs}{op.op_type}({', '.join(op.inputs)}"
                          f"{'; ' + attrs if attrs else ''}){scope}")
@@ -287,7 +295,8 @@ class Job:
             "ops": [{"name": o.name, "op_type": o.op_type, "inputs": list(o.inputs),
                      "outputs": list(o.outputs),
                      "attrs": {k: encode(v) for k, v in o.attrs.items()},
-                     "scope": o.scope, "loc": list(o.loc) if o.loc else None}
+                     "scope": o.scope, "loc": list(o.loc) if o.loc else None,
+                     "micro_batch": o.micro_batch}
                     for o in self.ops],
         })
 
@@ -311,7 +320,8 @@ class Job:
         for o in d["ops"]:
             job.add_op(o["op_type"], o["inputs"], o["outputs"],
                        {k: decode(v) for k, v in o["attrs"].items()}, o["scope"],
-                       tuple(o["loc"]) if o["loc"] else None, name=o["name"])
+                       tuple(o["loc"]) if o["loc"] else None, name=o["name"],
+                       micro_batch=o.get("micro_batch"))
         # Keep fresh names unique after a round trip.
         job._counter = itertools.count(len(job.ops) + len(job.tensors) + 1)
         return job

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import gc
 import itertools
+import numbers
 import time
 import warnings
 from collections import OrderedDict
@@ -86,8 +87,21 @@ class GraphConfig:
             raise NotImplementedError("nn.Graph: AMP is not supported yet")
 
     def set_gradient_accumulation_steps(self, value: int) -> None:
-        if value > 1:
-            raise NotImplementedError("nn.Graph: gradient accumulation is not supported yet")
+        """Each call's tensor arguments are a mini-batch of `value` micro-batches (split along
+        axis 0); the gradients of the micro-batches are accumulated and the optimizer steps
+        once per call.  Outputs are packed as OneFlow packs them: concatenated along axis 0
+        over the micro-batches, a scalar (the loss) becoming shape (value,).  See
+        graph/passes/grad_accumulation.py.  Changing it recompiles."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"set_gradient_accumulation_steps: the number of micro-batches "
+                            f"must be an int, got {type(value).__name__} ({value!r})")
+        if value < 1:
+            raise ValueError(f"set_gradient_accumulation_steps: the number of micro-batches "
+                             f"must be at least 1, got {value}")
+        if value == 1:
+            self._flags.pop("gradient_accumulation_steps", None)
+        else:
+            self._flags["gradient_accumulation_steps"] = int(value)
 
     def enable_zero(self, mode: bool = True, **kwargs) -> None:
         if mode:
@@ -524,7 +538,11 @@ class Graph:
             _collect_settings(proxy, attrs)
         if attrs:
             job.config["module_attrs"] = attrs
-        out_spec = trace_build(job, self.build, args, kwargs, self._modules, self._names())
+        steps = self.config._flags.get("gradient_accumulation_steps", 1)
+        traced_args = (args, kwargs)
+        if steps > 1:
+            traced_args = self._micro_batch_args(args, kwargs, steps)
+        out_spec = trace_build(job, self.build, *traced_args, self._modules, self._names())
         trace_s = time.perf_counter() - t0
         if self._debug >= 1:
             print(f"{self._name}: traced build() in {trace_s * 1e3:.1f} ms\n{job}")
@@ -563,6 +581,38 @@ class Graph:
                     t.meta, t.placement, t.sbp, rank))) if t.is_global else None
                 for t in outs]
         return compiled
+
+    def _micro_batch_args(self, args, kwargs, steps: int):
+        """The arguments build() is traced with under gradient accumulation: each tensor
+        argument's first micro-batch (a view), so build() sees micro-batch shapes as in
+        OneFlow; the grad_accumulation pass then runs it on every micro-batch."""
+        setting = f"config.set_gradient_accumulation_steps({steps})"
+        if not self._optimizers:
+            raise RuntimeError(
+                f"{self._name}: {setting} needs a training graph (add_optimizer): it "
+                "accumulates gradients over micro-batches for one optimizer step.  An eval "
+                "graph has none (OneFlow ignores the setting there; sbpflow refuses it): "
+                "leave it at 1")
+        leaves: list = []
+        spec = flatten((args, kwargs), leaves)
+        pieces = []
+        for i, t in enumerate(leaves):
+            if t.dim() == 0 or t.shape[0] % steps:
+                what = ("is 0-dim (no axis 0 to split)" if t.dim() == 0 else
+                        f"has batch size {t.shape[0]} (shape {list(t.shape)}), which {steps} "
+                        "does not divide")
+                raise ValueError(
+                    f"{self._name}: {setting} splits every tensor argument along axis 0 into "
+                    f"{steps} micro-batches, but tensor argument {i} (counted from 0 in "
+                    f"build()'s argument order) {what}; pass a batch "
+                    f"whose size is a multiple of {steps}, or hold tensors that are not "
+                    "batches in the modules (buffers) instead of passing them")
+            with no_grad():
+                piece = t.narrow(0, 0, t.shape[0] // steps)
+                if t.is_global and (piece.placement, piece.sbp) != (t.placement, t.sbp):
+                    piece = piece.to_global(t.placement, t.sbp)  # the input keeps its SBP
+            pieces.append(piece)
+        return unflatten(spec, pieces)
 
     def _add_optimizer_config(self, job: Job) -> list:
         """job.config["optimizers"] and the state variables (the eager state tensors)."""

@@ -11,11 +11,13 @@ import importlib
 import os
 import time
 
-# (name, module): the order matters.  autograd turns `loss.backward()` into gradient ops;
-# optimizer adds the update ops; the cleanups then see the whole step; fusion runs on the
-# cleaned Job; reshapes of contiguous results become views; memory planning runs last, on the
-# final tensors and order.
+# (name, module): the order matters.  grad_accumulation (n > 1 micro-batches) copies the traced
+# forward per micro-batch and differentiates each copy in turn; otherwise autograd turns
+# `loss.backward()` into gradient ops; optimizer adds the update ops; the cleanups then see the
+# whole step; fusion runs on the cleaned Job; reshapes of contiguous results become views;
+# memory planning runs last, on the final tensors and order.
 ORDER = (
+    "grad_accumulation",
     "autograd",
     "optimizer",
     "constant_fold",

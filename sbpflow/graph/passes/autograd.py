@@ -62,10 +62,10 @@ class GraphGradContext:
                 f"OpDef does not save (saves={self._opdef.saves!r})")
 
 
-def _requires_grad(job: Job) -> set[str]:
-    """Tensors that depend on a trainable variable through differentiable ops."""
+def _requires_grad(job: Job, ops) -> set[str]:
+    """Tensors of `ops` that depend on a trainable variable through differentiable ops."""
     rg: set[str] = set()
-    for op in job.ops:
+    for op in ops:
         if op.op_type == "variable":
             var = job.variables.get(op.attrs["var"])
             if var is not None and var.trainable:
@@ -88,11 +88,41 @@ def _requires_grad(job: Job) -> set[str]:
 
 
 def run(job: Job) -> None:
-    if not job.loss:
-        return
-    rg = _requires_grad(job)
-    forward = list(job.ops)
+    if not job.loss or job.config.get("gradient_accumulation_steps", 1) > 1:
+        return  # nothing to differentiate, or the gradient-accumulation pass did it
+    job.grads.update(differentiate(job, job.loss, list(job.ops)))
+
+
+def differentiate(job: Job, losses, forward: list, seed: float = 1.0,
+                  on_grad=None) -> dict[str, str]:
+    """Append to `job` the backward of `losses` through the ops `forward` (a part of
+    job.ops, in order), each loss's gradient seeded with `seed`.  Returns {trainable variable:
+    its gradient tensor}; job.grads is left to the caller.
+
+    `on_grad(trace, var, g)`, if given, is called (while `trace` records) as soon as
+    variable `var`'s gradient `g` (a lazy tensor) is complete, i.e. right after the backward
+    of the first forward op that reads the variable, so the ops it adds (gradient
+    accumulation's sum) come where g is made and g need not outlive them.  Without it,
+    gradients are totalled where their variable ops stand (the end of the backward)."""
+    rg = _requires_grad(job, forward)
+    out: dict[str, str] = {}
     trace = Trace(job)
+    # Trainable variable tensor -> position in `forward` of its first reader: its gradient
+    # is complete once that op's backward is done.
+    complete_at: dict[int, list[str]] = {}
+    trainable: dict[str, str] = {}
+    if on_grad is not None:
+        trainable = {op.outputs[0]: op.attrs["var"] for op in forward
+                     if op.op_type == "variable" and getattr(
+                         job.variables.get(op.attrs["var"]), "trainable", False)}
+        first: dict[str, int] = {}
+        for k, op in enumerate(forward):
+            for i in op.inputs:
+                if i in trainable:
+                    first.setdefault(i, k)
+        for t, k in first.items():
+            complete_at.setdefault(k, []).append(t)
+
     grads: dict[str, list] = {}
 
     def add_grad(name, g):
@@ -108,21 +138,29 @@ def run(job: Job) -> None:
         grads[name] = [g]
         return g
 
+    def finish(t: str, var: str) -> None:
+        g = total(t)
+        if g is not None:
+            out[var] = trace.name_of(g)
+            if on_grad is not None:
+                on_grad(trace, var, g)
+
     # One first-order backward: grad rules may use their fused gradient ops (batch_norm_grad,
     # layer_norm_grad), the same ops an eager backward runs.
     with trace.active(), registry.plain_backward():
-        for loss in job.loss:
+        for loss in losses:
             meta = job.tensors[loss].meta
             with trace.scope("backward"):
-                add_grad(loss, registry.op("full", shape=meta.shape, fill_value=1.0,
+                add_grad(loss, registry.op("full", shape=meta.shape, fill_value=seed,
                                            dtype=meta.dtype, _device=_where(job, loss)))
-        for op in reversed(forward):
+        for k in range(len(forward) - 1, -1, -1):
+            op = forward[k]
+            for t in complete_at.get(k + 1, ()):
+                finish(t, trainable[t])
             if op.op_type == "variable":
                 var = job.variables.get(op.attrs["var"])
-                if var is not None and var.trainable:
-                    g = total(op.outputs[0])
-                    if g is not None:
-                        job.grads[var.name] = trace.name_of(g)
+                if var is not None and var.trainable and var.name not in out:
+                    finish(op.outputs[0], var.name)
                 continue
             if op.op_type in STRUCTURAL:
                 continue
@@ -166,6 +204,9 @@ def run(job: Job) -> None:
                         f"{list(g.shape)} for input {name} of shape "
                         f"{list(job.tensors[name].shape)} (op {op.name} at {op.where()})")
                 add_grad(name, g)
+        for t in complete_at.get(0, ()):
+            finish(t, trainable[t])
+    return out
 
 
 def _where(job: Job, name: str):

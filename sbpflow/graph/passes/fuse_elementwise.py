@@ -10,7 +10,9 @@ else stays unfused.  Gradients are ops in the Job too, so backward chains fuse t
 Grouping: walking the ops backwards, an ungrouped fusable op roots a group; the group absorbs
 the producer of one of its members' inputs when that producer is fusable, its output has the
 group's output shape (so no element is computed twice), and every reader of that output is in
-the group (the intermediate then needs no memory of its own).  A group of one op is left alone,
+the group (the intermediate then needs no memory of its own), and it computes the same
+micro-batch (`OpNode.micro_batch`: under gradient accumulation a group spanning two would keep
+one micro-batch's values alive into the next).  A group of one op is left alone,
 unless it is a gelu or gelu_grad (one generated pass instead of the eager kernel's ~10).
 
 The fused op's attrs describe the group (serialisable: tuples, str, numbers, dtypes):
@@ -179,7 +181,8 @@ def run(job) -> None:
             for t in m.inputs:
                 p = job.tensors[t].producer
                 if (p is None or p in members or p in grouped or p not in dtypes
-                        or t in protected or job.tensors[t].shape != shape):
+                        or t in protected or job.tensors[t].shape != shape
+                        or by_name[p].micro_batch != root.micro_batch):
                     continue
                 if t in no_cast_scale:
                     continue
@@ -263,6 +266,7 @@ def _find_head(job, members, by_name, consumers, protected, grouped, shape):
             lt = job.tensors[t]
             if (h.op_type in HEAD_OPS and len(h.outputs) == 1 and t not in protected
                     and lt.shape == shape and lt.dtype is out_dtype
+                    and h.micro_batch == m.micro_batch
                     and [c.name for c in consumers.get(t, ())] == [m.name]):
                 return h
     return None
@@ -304,7 +308,8 @@ def _fused_node(job, members, head, root, dtypes, jit_min) -> OpNode:
                          job.tensors[head.outputs[0]].dtype.name)
         inputs = tuple(head.inputs) + inputs[1:]
     return OpNode(job.new_name(f"{root.scope + '-' if root.scope else ''}fused_elementwise"),
-                  "fused_elementwise", inputs, root.outputs, attrs, root.scope, root.loc)
+                  "fused_elementwise", inputs, root.outputs, attrs, root.scope, root.loc,
+                  root.micro_batch)
 
 
 # -- NumPy steps (exactly what the OpDef kernels do, into out= buffers) ----------------------
