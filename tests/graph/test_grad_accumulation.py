@@ -331,3 +331,25 @@ def test_two_ranks_each_running_its_own_graph_with_accumulation():
     ranks = sorted(int(r) for r in re.findall(r"rank (\d+): grad acc ok", job.stdout))
     assert ranks == [0, 1], job.output
     assert job.strays == 0
+
+
+def test_accumulation_over_global_tensors_is_refused_naming_the_setting():
+    p = flow.placement("cpu", [0])
+    model = flow.nn.Linear(4, 2).to_global(p, flow.sbp.broadcast)
+
+    class G(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.1))
+            self.config.set_gradient_accumulation_steps(2)
+
+        def build(self, x):
+            loss = self.model(x).sum()
+            loss.backward()
+            return loss
+
+    x = flow.randn(4, 4).to_global(p, flow.sbp.split(0))
+    with pytest.raises(NotImplementedError, match=r"set_gradient_accumulation_steps\(2\) over "
+                                                  r"global tensors is not supported yet"):
+        G()(x)
