@@ -350,6 +350,6 @@ def test_accumulation_over_global_tensors_is_refused_naming_the_setting():
             return loss
 
     x = flow.randn(4, 4).to_global(p, flow.sbp.split(0))
-    with pytest.raises(NotImplementedError, match=r"set_gradient_accumulation_steps\(2\) over "
+    with pytest.raises(NotImplementedError, match=r"set_gradient_accumulation_steps\(2\)\) over "
                                                   r"global tensors is not supported yet"):
         G()(x)
