@@ -209,20 +209,25 @@ class _LocalCall:
                  "out_strides", "prims", "numel", "dev", "stream", "view", "view_layout",
                  "grad", "single", "fix", "direct")
 
-    def __init__(self, opdef, attrs, in_metas, out_metas, dev, view_layout):
+    def __init__(self, opdef, attrs, in_metas, out_metas, dev, view_layout, ctx=None):
         self.opdef = opdef
         self.name = opdef.name
         self.kernel = opdef.kernel
         self.attrs = attrs
-        self.ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
+        # `ctx`: a global call's (global_tensor._GlobalCall), with its pieces' metas; the
+        # memory figures below are of what the kernel makes, the pieces.
+        if ctx is None:
+            ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
+        self.ctx = ctx
         self.in_metas = in_metas
-        self.out_metas = out_metas
-        self.out_strides = tuple(_contiguous_strides(m.shape) for m in out_metas)
-        self.prims = _pooled(out_metas, dev)
+        self.out_metas = out_metas  # the outputs' metas (a global call's: logical)
+        made = ctx.out_metas
+        self.out_strides = tuple(_contiguous_strides(m.shape) for m in made)
+        self.prims = _pooled(made, dev)
         self.view = opdef.view
         self.view_layout = view_layout  # (strides, offset from the source's offset)
         # A view allocates nothing: it counts as 0 elements (as the builder counts it).
-        self.numel = 0 if opdef.view else sum(m.numel for m in out_metas)
+        self.numel = 0 if opdef.view else sum(m.numel for m in made)
         self.dev = dev
         self.stream = dev.type
         self.grad = opdef.grad is not None
@@ -260,17 +265,7 @@ def _new_local_call(opdef, tensors, attrs, dev, key):
 def _run_local_call(call, tensors):
     """Run a cached call: inline when the op is small and its stream idle (no instruction
     object), else as one instruction handed to the VM.  Then record autograd."""
-    outs = None
-    vm = _machine._vm
-    if vm is not None and _machine._tracer is None:
-        stream = vm.streams.get(call.stream)
-        if stream is not None and (call.numel < vm.inline_max or vm.mode is Mode.SYNC):
-            if stream.completed != stream.issued:
-                # A small op joins its busy stream rather than queue behind it: queued small
-                # ops cost the worker a GIL hand-off each while this thread keeps the GIL busy
-                # (measured: the MLP step took 1.2x as long queued as run inline).
-                stream.wait(stream.issued)
-            outs = _run_inline(call, tensors, vm, stream)
+    outs = _run_inline(call, tensors)
     if outs is None:
         outs = _issue(call.opdef, tensors, call.attrs, call.ctx, call.dev, call.prims)
     if call.grad and _grad_state.enabled:
@@ -283,11 +278,25 @@ def _run_local_call(call, tensors):
     return outs[0] if call.single else tuple(outs)
 
 
-def _run_inline(call, tensors, vm, stream):
+def _run_inline(call, tensors):
     """The kernel run on this thread, in order on an idle stream, with the bookkeeping an
     instruction would get (a sequence number, the outputs' storage writes, errors raised as
-    the VM raises an inline failure).  None, with nothing done, if an input is still being
-    produced or written on another stream: the instruction path then orders it."""
+    the VM raises an inline failure), when the op is small (or the VM is in SYNC mode) and
+    no profiler traces instructions.  None, with nothing done, if it may not run inline or an
+    input is still being produced or written on another stream: the instruction path then
+    orders it.  The outputs are local tensors with `call.out_metas` (a global caller adds
+    their GlobalInfo)."""
+    vm = _machine._vm
+    if vm is None or _machine._tracer is not None:
+        return None
+    stream = vm.streams.get(call.stream)
+    if stream is None or not (call.numel < vm.inline_max or vm.mode is Mode.SYNC):
+        return None
+    if stream.completed != stream.issued:
+        # A small op joins its busy stream rather than queue behind it: queued small ops cost
+        # the worker a GIL hand-off each while this thread keeps the GIL busy (measured: the
+        # MLP step took 1.2x as long queued as run inline).
+        stream.wait(stream.issued)
     with vm._issue_lock:
         if len(vm._releases) >= vm.RELEASE_BATCH:
             vm._flush_releases_locked()
