@@ -200,8 +200,10 @@ class _GlobalCall(interpreter._LocalCall):
     rank's input and output piece metas, the logical metas and the output pieces' positions,
     and whose `out_metas` are the logical ones; plus the SBPs the kernel wants, the outputs'
     GlobalInfos and the call's description for the cross-rank checks.  `run` runs the call as
-    `apply_global` always has, inline as a local op where the local path would be.  Cached in
-    `_GLOBAL_CALLS` by bound attrs."""
+    `apply_global` always has, inline as a local op where the local path would be.
+
+    Cached twice: in `_GLOBAL_CALLS` by bound attrs (`apply_global`, every global call) and in
+    `opdef.global_calls` by the attrs as given (`interpreter.apply`'s fast path)."""
 
     __slots__ = ("placement", "want", "boxes", "out_gls", "member", "random", "words",
                  "creation_sbp", "entry", "fingerprint", "gdev", "inline")
@@ -367,6 +369,38 @@ def _global_call(opdef, tensors, in_metas, in_sbps, placement, attrs, dev,
             and all(interpreter._plain(v) for v in values)):
         _GLOBAL_CALLS[key] = hit
     return hit
+
+
+def _new_fast_call(opdef, inputs, attrs, key):
+    """`interpreter.apply`'s miss on a call whose first input is global: the `_GlobalCall`
+    (cached in opdef.global_calls under `key` when its attrs are plain values), or None where
+    the general path must run it: a local input among global ones, inputs on several
+    placements (0-d tensors are moved), the consistency check on (it runs before meta
+    inference, which raises the errors about bad shapes)."""
+    if _CHECK or len(inputs) != len(opdef.inputs):
+        return None
+    t0 = inputs[0]
+    placement = t0._gl.placement
+    for t in inputs:
+        gl = t._gl
+        if gl is None or (gl.placement is not placement and gl.placement != placement):
+            return None
+    attrs_given = attrs
+    attrs = opdef.bind_attrs(attrs)
+    in_metas = tuple([t._meta for t in inputs])
+    in_sbps = tuple([t._gl.sbp for t in inputs])
+    call = _global_call(opdef, inputs, in_metas, in_sbps, placement, attrs, t0._device, None)
+    if (len(opdef.global_calls) < interpreter._LOCAL_CALL_LIMIT
+            and all(interpreter._plain(v) for v in attrs_given.values())):
+        opdef.global_calls[key] = call
+    return call
+
+
+def clear_call_caches() -> None:
+    """Forget every cached global call (tests that count what a miss does)."""
+    _GLOBAL_CALLS.clear()
+    for name in registry.list_ops():
+        registry.get(name).global_calls.clear()
 
 
 _RANK: int | None = None
@@ -796,4 +830,4 @@ def from_logical(host: np.ndarray, dtype, where: GlobalDevice) -> Tensor:
     return box(t, placement, sbp)
 
 
-interpreter.set_global_apply(apply_global)
+interpreter.set_global_apply(apply_global, _new_fast_call)

@@ -70,9 +70,11 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     This is the hot path of eager mode.  A call whose (op, input metas, attrs, device) was
     seen before reuses its cached `_LocalCall` (no attr binding, meta inference or context
     building) and, when the op is small and its stream idle, runs the kernel right here without
-    building an instruction (`_run_local_call`).  Anything unusual (global tensors, an explicit
-    device, random or variadic ops, an unhashable attr) takes the general path below, which
-    also raises every error about bad input.
+    building an instruction (`_run_local_call`).  A call on global tensors does the same with
+    its cached `global_tensor._GlobalCall`, keyed also on each input's GlobalInfo (placement,
+    SBP, piece).  Anything unusual (local and global tensors mixed, an explicit device, random
+    or variadic ops, an unhashable attr) takes the general path below, which also raises every
+    error about bad input.
     """
     if _op_hook is not None and not _profiled:
         # sbpflow.profiler is recording: it times this call, re-entering with _profiled=True
@@ -81,29 +83,48 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
         # inside nn.Graph.build() on the tracing thread: record into the Job instead
         return _apply_lazy(opdef, inputs, attrs, device, generator)
     if device is None and opdef.call_cacheable:
+        global_call = None
         try:
             t0 = inputs[0]
             dev = t0._device
-            if len(inputs) == 1:
-                key = (t0._meta, t0._strides) if opdef.view else t0._meta
-                ok = t0._gl is None
-            else:
-                key = tuple([t._meta for t in inputs])
-                ok = True
-                for t in inputs:
-                    if t._gl is not None or t._device is not dev:
-                        ok = False
-            if ok:
+            gl = t0._gl
+            if gl is not None:
+                # Unrolled for one and two inputs: a comprehension costs a frame per call.
+                if len(inputs) == 1:
+                    key = (t0._meta, gl, t0._strides) if opdef.view else (t0._meta, gl)
+                elif len(inputs) == 2:
+                    t1 = inputs[1]
+                    key = (t0._meta, gl, t1._meta, t1._gl)
+                else:
+                    key = tuple([(t._meta, t._gl) for t in inputs])
                 key = (key, id(dev), _dtypes._default_float)
                 if attrs:
                     key = (key, tuple(attrs.items()), tuple(map(type, attrs.values())))
-                call = opdef.local_calls.get(key)
-                if call is None:
-                    call = _new_local_call(opdef, inputs, attrs, dev, key)
-                if call is not None:
-                    return _run_local_call(call, inputs)
+                global_call = opdef.global_calls.get(key)
+                if global_call is None:
+                    global_call = _new_global_call(opdef, inputs, attrs, key)
+            else:
+                ok = True
+                if len(inputs) == 1:
+                    key = (t0._meta, t0._strides) if opdef.view else t0._meta
+                else:
+                    key = tuple([t._meta for t in inputs])
+                    for t in inputs:
+                        if t._gl is not None or t._device is not dev:
+                            ok = False
+                if ok:
+                    key = (key, id(dev), _dtypes._default_float)
+                    if attrs:
+                        key = (key, tuple(attrs.items()), tuple(map(type, attrs.values())))
+                    call = opdef.local_calls.get(key)
+                    if call is None:
+                        call = _new_local_call(opdef, inputs, attrs, dev, key)
+                    if call is not None:
+                        return _run_local_call(call, inputs)
         except (AttributeError, TypeError, IndexError):
             pass  # not all tensors, or an unhashable attr: the general path explains
+        if global_call is not None:  # run outside the try: its errors are the user's
+            return global_call.run(inputs)
     return _apply_general(opdef, inputs, attrs, device, generator)
 
 
@@ -706,10 +727,21 @@ def set_lazy_assign(fn) -> None:
     _assign_lazy = fn
 
 
-def set_global_apply(fn) -> None:
-    """Installed by global_tensor.py: the eager global interpreter."""
-    global _apply_global
+def _no_global_call(opdef, inputs, attrs, key):
+    return None
+
+
+_new_global_call = _no_global_call
+
+
+def set_global_apply(fn, new_call=_no_global_call) -> None:
+    """Installed by global_tensor.py: the eager global interpreter, and `new_call(opdef,
+    inputs, attrs, key)`, which makes (and caches in opdef.global_calls under key) the
+    cached call of a call on global inputs not seen before, or returns None where the
+    general path must run it."""
+    global _apply_global, _new_global_call
     _apply_global = fn
+    _new_global_call = new_call
 
 
 _builder = InstructionsBuilder()
