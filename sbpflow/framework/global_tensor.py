@@ -13,6 +13,12 @@ already match win, then the least cost), box the inputs that differ (a collectiv
 instruction on the comm stream), then run the op's kernel on the local pieces with the
 logical metas and each output piece's position in the kernel context. Autograd records the
 node as for local ops; gradients are global ops.
+
+All of that but the boxing and the kernel depends only on the call's metadata, so it is
+computed once per (op, input metas, SBPs and pieces, placement, attrs, device, default dtype)
+and cached as a `_GlobalCall`, a kind of the interpreter's cached local call: a hit runs the
+checks across ranks, boxes where needed, and runs the kernel inline when the local path would
+(a small op, an idle stream), with no instruction object.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import comm
+from .._core import dtype as _dtypes
 from .._core.errors import op_error
 from .._core.meta import TensorMeta
+from ..autograd.grad_mode import _state as _grad_state
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.node import Node
 from ..device import Device
@@ -186,48 +194,213 @@ def consistency_check_enabled() -> bool:
     return _CHECK
 
 
-class _GlobalCall(NamedTuple):
-    """Everything about one global op call that depends only on its metadata (cached)."""
+class _GlobalCall(interpreter._LocalCall):
+    """One global op call as computed once for its metadata (input metas, SBPs and piece
+    layouts, placement, attrs, device, default dtype): a `_LocalCall` whose context holds this
+    rank's input and output piece metas, the logical metas and the output pieces' positions,
+    and whose `out_metas` are the logical ones; plus the SBPs the kernel wants, the outputs'
+    GlobalInfos and the call's description for the cross-rank checks.  `run` runs the call as
+    `apply_global` always has, inline as a local op where the local path would be.
 
-    out_metas: tuple
-    want: tuple  # the nd-SBP each input must have for the kernel
-    in_local: tuple  # this rank's input piece metas, after boxing
-    out_gls: tuple  # GlobalInfo of each output
-    pieces: tuple  # per output, the slices of the logical output this rank computes
-    fingerprint: int  # of the call's description, the same on every rank (divergence check)
+    Cached twice: in `_GLOBAL_CALLS` by bound attrs (`apply_global`, every global call) and in
+    `opdef.global_calls` by the attrs as given (`interpreter.apply`'s fast path)."""
+
+    __slots__ = ("placement", "want", "boxes", "out_gls", "member", "random", "words",
+                 "creation_sbp", "entry", "fingerprint", "gdev", "inline")
+
+    def __init__(self, opdef, tensors, in_metas, in_sbps, placement, attrs, dev, creation_sbp):
+        out_metas = opdef.meta(in_metas, attrs, local=False)
+        want, out_sbps = infer.choose_signature(opdef, in_metas, in_sbps, out_metas, placement,
+                                                attrs, creation_sbp)
+        rank = _rank()
+        member = placement.has(rank)
+        out_gls = [GlobalInfo(placement, s, _local_meta(m, placement, s, rank))
+                   for m, s in zip(out_metas, out_sbps)]
+        in_local = tuple(_local_meta(m, placement, s, rank) for m, s in zip(in_metas, want))
+        view_layout = None
+        if opdef.view:
+            view_layout = _view_of(opdef, tensors[0], in_sbps[0] != want[0], in_local[0],
+                                   out_metas[0], out_gls, attrs, member)
+        pieces = (tuple(layout.piece(m.shape, placement, s, rank)
+                        for m, s in zip(out_metas, out_sbps)) if member else ())
+        ctx = KernelContext(dev.prims, opdef.name, in_local,
+                            tuple([gl.local_meta for gl in out_gls]), in_metas, out_metas,
+                            pieces)
+        super().__init__(opdef, attrs, in_metas, out_metas, dev, view_layout, ctx)
+        self.placement = placement
+        self.want = want
+        self.boxes = in_sbps != want
+        self.out_gls = tuple(out_gls)
+        self.member = member
+        self.random = opdef.random
+        # Every rank advances the generator by the logical draw, so streams stay in step.
+        self.words = (dev.prims.words_used("normal", sum(m.numel for m in out_metas))
+                      if opdef.random else 0)
+        self.creation_sbp = creation_sbp
+        self.entry = (opdef.name, placement, in_metas, in_sbps, attrs)  # the checks' record
+        self.fingerprint = _fingerprint(_describe(*self.entry)) if _MULTI else 0
+        self.gdev = GlobalDevice(placement)  # where autograd makes zero gradients
+        # Run inline where the local path would: a random op draws a fresh seed per call (a
+        # context of its own), a variadic kernel takes a list, a view needs a cached layout.
+        self.inline = (member and not opdef.random and not opdef.variadic
+                       and (view_layout is not None or not opdef.view))
+
+    def run(self, tensors, generator=None, checked=False):
+        """Run the call on `tensors` (on its placement; SBPs as in the key): the checks
+        across ranks, boxing to the wanted SBPs, the kernel on this rank's pieces (none
+        outside the placement), autograd.  `checked`: the consistency check already ran."""
+        if _CHECK:
+            if not checked:
+                _check_consistent(*self.entry)
+        elif _MULTI and _DIVERGENCE.on:
+            _world().check_global_ops(self.fingerprint, self.entry, _describe_entry)
+        boxed = tensors
+        if self.boxes:
+            placement = self.placement
+            boxed = [t if t._gl.sbp == s else box(t, placement, s)
+                     for t, s in zip(tensors, self.want)]
+            if self.view and boxed[0] is not tensors[0]:
+                # A view of a boxed copy: reading it is right, writing through it would miss
+                # the tensor, so in-place writes refuse it (interpreter._match_global).
+                boxed[0]._boxed_copy_of = tensors[0]
+        outs = interpreter._run_inline(self, boxed) if self.inline else None
+        if outs is not None:
+            if self.single:
+                outs[0]._gl = self.out_gls[0]
+            else:
+                for o, gl in zip(outs, self.out_gls):
+                    o._gl = gl
+        else:
+            outs = self._issue(boxed, generator)
+        if self.creation_sbp is not None:  # a creation op (no tensors)
+            outs = [box(o, self.placement, self.creation_sbp) for o in outs]
+        elif self.grad and _grad_state.enabled:
+            for t in tensors:
+                # The property for views: a view of a base that gained history refreshes.
+                if t._requires_grad or (t._base is not None and t.requires_grad):
+                    interpreter._record(self.opdef, self.attrs, tensors, outs, self.in_metas,
+                                        self.out_metas, self.gdev, saved=boxed)
+                    break
+        return outs[0] if self.single else tuple(outs)
+
+    def _issue(self, boxed, generator):
+        """The outputs, and the kernel handed to the VM as one instruction (members only)."""
+        dev, member = self.dev, self.member
+        outs, out_blobs = [], []
+        if self.view:
+            src, out_gl = boxed[0], self.out_gls[0]
+            blob = Blob()
+            if not member:
+                strides, offset = _contiguous_strides(out_gl.local_meta.shape), 0
+                blob.array = _empty_piece(out_gl.local_meta, dev.prims)
+            elif self.view_layout is not None:
+                strides, delta = self.view_layout
+                offset = src._offset + delta
+            else:  # view(dtype): the layout depends on the source's offset
+                strides, offset = interpreter._view_layout(self.opdef, _local_alias(src),
+                                                           out_gl.local_meta, self.attrs)
+            outs.append(make(blob, self.out_metas[0], dev, out_gl, src._storage, strides,
+                             offset))
+            interpreter._link_view(outs[0], src, self.opdef, self.attrs)
+            out_blobs.append(blob)
+        else:
+            for m, gl, strides, prims in zip(self.out_metas, self.out_gls, self.out_strides,
+                                             self.prims):
+                blob = Blob()
+                if not member:
+                    blob.array = _empty_piece(gl.local_meta, dev.prims)
+                out = Tensor._output(blob, m, dev, strides, prims)
+                out._gl = gl
+                outs.append(out)
+                out_blobs.append(blob)
+        ctx = self.ctx
+        if self.random:
+            gen = default_generator if generator is None else generator
+            seed, offset = gen.take(self.words)
+            ctx = KernelContext(ctx.prims, ctx.op, ctx.in_metas, ctx.out_metas, ctx.logical_in,
+                                ctx.logical_out, ctx.out_pieces, seed, offset)
+        if member:
+            _builder.op_call(self.name, self.kernel, ctx, self.attrs, [t._blob for t in boxed],
+                             [t._storage for t in boxed], out_blobs,
+                             () if self.view else [o._storage for o in outs],
+                             variadic=self.opdef.variadic, view=self.view,
+                             device_type=dev.type)
+        return outs
+
+
+def _view_of(opdef, src, boxed, src_piece, out_meta, out_gls, attrs, member):
+    """A view call's layouts: out_gls[0] gets the logical strides (when not contiguous);
+    returns this rank's (piece strides, offset from the source's offset), or None where it
+    depends on the offset (view(dtype)) or this rank holds no piece.  `boxed`: the source is
+    boxed first, to a fresh contiguous piece `src_piece`."""
+    contiguous = _contiguous_strides
+    logical = _LogicalLayout(src._meta, contiguous(src._meta.shape) if boxed else
+                             (src._gl.strides or contiguous(src._meta.shape)), 0)
+    lstrides = interpreter._view_layout(opdef, logical, out_meta, attrs)[0]
+    if lstrides != contiguous(out_meta.shape):
+        out_gls[0] = out_gls[0]._replace(strides=lstrides)
+    if not member or out_meta.dtype != src._meta.dtype:
+        return None
+    piece = _LogicalLayout(src_piece, contiguous(src_piece.shape) if boxed else src._strides, 0)
+    return interpreter._view_layout(opdef, piece, out_gls[0].local_meta, attrs)
 
 
 _GLOBAL_CALLS: dict = {}
+_GLOBAL_CALL_LIMIT = 65536
 
 
-def _global_call(opdef, in_metas, in_sbps, placement, attrs, creation_sbp) -> _GlobalCall:
+def _global_call(opdef, tensors, in_metas, in_sbps, placement, attrs, dev,
+                 creation_sbp) -> _GlobalCall:
+    """The cached call of `apply_global` (by bound attrs); made, and cached when its attrs are
+    plain values, on a miss."""
     try:
         values = tuple(attrs.values())
         key = (opdef.name, in_metas, in_sbps, placement, values, tuple(map(type, values)),
-               creation_sbp)
+               creation_sbp, id(dev), _dtypes._default_float)
+        if opdef.view:  # the layouts depend on the source's (logical and piece) strides
+            key = (key, tensors[0]._gl.strides, tensors[0]._strides)
         hit = _GLOBAL_CALLS.get(key)
     except TypeError:
         key, hit = None, None
     if hit is not None:
         return hit
-    out_metas = opdef.meta(in_metas, attrs, local=False)
-    want, out_sbps = infer.choose_signature(opdef, in_metas, in_sbps, out_metas, placement,
-                                            attrs, creation_sbp)
-    rank = _rank()
-    out_gls = tuple(GlobalInfo(placement, s, _local_meta(m, placement, s, rank))
-                    for m, s in zip(out_metas, out_sbps))
-    member = placement.has(rank)
-    hit = _GlobalCall(
-        out_metas, want, tuple(_local_meta(m, placement, s, rank) for m, s in zip(in_metas, want)),
-        out_gls,
-        tuple(layout.piece(m.shape, placement, s, rank) for m, s in zip(out_metas, out_sbps))
-        if member else (),
-        _fingerprint(_describe(opdef.name, placement, in_metas, in_sbps, attrs)) if _MULTI
-        else 0,
-    )
-    if key is not None and len(_GLOBAL_CALLS) < 65536:
+    hit = _GlobalCall(opdef, tensors, in_metas, in_sbps, placement, attrs, dev, creation_sbp)
+    if (key is not None and len(_GLOBAL_CALLS) < _GLOBAL_CALL_LIMIT
+            and all(interpreter._plain(v) for v in values)):
         _GLOBAL_CALLS[key] = hit
     return hit
+
+
+def _new_fast_call(opdef, inputs, attrs, key):
+    """`interpreter.apply`'s miss on a call whose first input is global: the `_GlobalCall`
+    (cached in opdef.global_calls under `key` when its attrs are plain values), or None where
+    the general path must run it: a local input among global ones, inputs on several
+    placements (0-d tensors are moved), the consistency check on (it runs before meta
+    inference, which raises the errors about bad shapes)."""
+    if _CHECK or len(inputs) != len(opdef.inputs):
+        return None
+    t0 = inputs[0]
+    placement = t0._gl.placement
+    for t in inputs:
+        gl = t._gl
+        if gl is None or (gl.placement is not placement and gl.placement != placement):
+            return None
+    attrs_given = attrs
+    attrs = opdef.bind_attrs(attrs)
+    in_metas = tuple([t._meta for t in inputs])
+    in_sbps = tuple([t._gl.sbp for t in inputs])
+    call = _global_call(opdef, inputs, in_metas, in_sbps, placement, attrs, t0._device, None)
+    if (len(opdef.global_calls) < interpreter._LOCAL_CALL_LIMIT
+            and all(interpreter._plain(v) for v in attrs_given.values())):
+        opdef.global_calls[key] = call
+    return call
+
+
+def clear_call_caches() -> None:
+    """Forget every cached global call (tests that count what a miss does)."""
+    _GLOBAL_CALLS.clear()
+    for name in registry.list_ops():
+        registry.get(name).global_calls.clear()
 
 
 _RANK: int | None = None
@@ -275,7 +448,8 @@ def _common_placement(opdef, tensors):
 def apply_global(opdef, tensors, attrs, device=None, generator=None):
     """Run one op eagerly on global tensors (or create one on `device`, a GlobalDevice).
 
-    The hot path of global eager mode: keep it lean (see benchmarks/global_overhead.py).
+    The general path of global eager mode (the cached calls of `interpreter.apply` skip the
+    placement and attr handling): keep it lean (see benchmarks/global_overhead.py).
     """
     if tensors:
         placement, tensors = _common_placement(opdef, tensors)
@@ -289,68 +463,8 @@ def apply_global(opdef, tensors, attrs, device=None, generator=None):
     in_sbps = tuple([t._gl.sbp for t in tensors])
     if _CHECK:
         _check_consistent(opdef.name, placement, in_metas, in_sbps, attrs)
-    call = _global_call(opdef, in_metas, in_sbps, placement, attrs, creation_sbp)
-    if _MULTI and _DIVERGENCE.on and not _CHECK:
-        _world().check_global_ops(call.fingerprint,
-                                  (opdef.name, placement, in_metas, in_sbps, attrs),
-                                  _describe_entry)
-    boxed = tensors
-    if in_sbps != call.want:
-        boxed = [t if t._gl.sbp == s else box(t, placement, s) for t, s in zip(tensors, call.want)]
-    member = bool(call.pieces)
-    out_metas = call.out_metas
-    outs, out_blobs = [], []
-    if opdef.view:
-        src, out_gl = boxed[0], call.out_gls[0]
-        if src is not tensors[0]:
-            # A view of a boxed copy: reading it is right, writing through it would miss
-            # the tensor, so in-place writes refuse it (interpreter._match_global).
-            src._boxed_copy_of = tensors[0]
-        logical_src = _LogicalLayout(src._meta, src._gl.strides or
-                                     _contiguous_strides(src._meta.shape), 0)
-        lstrides = interpreter._view_layout(opdef, logical_src, out_metas[0], attrs)[0]
-        if lstrides != _contiguous_strides(out_metas[0].shape):
-            out_gl = out_gl._replace(strides=lstrides)
-        blob = Blob()
-        if member:
-            strides, offset = interpreter._view_layout(opdef, _local_alias(src),
-                                                       out_gl.local_meta, attrs)
-        else:
-            strides, offset = _contiguous_strides(out_gl.local_meta.shape), 0
-            blob.array = _empty_piece(out_gl.local_meta, dev.prims)
-        outs.append(make(blob, out_metas[0], dev, out_gl, src._storage, strides, offset))
-        interpreter._link_view(outs[0], src, opdef, attrs)
-        out_blobs.append(blob)
-    else:
-        for m, gl in zip(out_metas, call.out_gls):
-            blob = Blob()
-            if not member:
-                blob.array = _empty_piece(gl.local_meta, dev.prims)
-            outs.append(make(blob, m, dev, gl))
-            out_blobs.append(blob)
-    seed = offset = 0
-    if opdef.random:
-        # Every rank advances the generator by the logical draw, so streams stay in step.
-        gen = default_generator if generator is None else generator
-        seed, offset = gen.take(dev.prims.words_used("normal", sum(m.numel for m in out_metas)))
-    if member:
-        ctx = KernelContext(dev.prims, opdef.name, call.in_local,
-                            tuple([gl.local_meta for gl in call.out_gls]), in_metas, out_metas,
-                            call.pieces, seed, offset)
-        _builder.op_call(opdef.name, opdef.kernel, ctx, attrs, [t._blob for t in boxed],
-                         [t._storage for t in boxed], out_blobs,
-                         () if opdef.view else [o._storage for o in outs],
-                         variadic=opdef.variadic, view=opdef.view, device_type=dev.type)
-    if not tensors:
-        if creation_sbp is not None:
-            outs = [box(o, placement, creation_sbp) for o in outs]
-    elif opdef.grad is not None and is_grad_enabled():
-        for t in tensors:
-            if t._requires_grad or (t._base is not None and t.requires_grad):
-                interpreter._record(opdef, attrs, tensors, outs, in_metas, out_metas,
-                                    GlobalDevice(placement), saved=boxed)
-                break
-    return outs[0] if len(outs) == 1 else tuple(outs)
+    call = _global_call(opdef, tensors, in_metas, in_sbps, placement, attrs, dev, creation_sbp)
+    return call.run(tensors, generator, checked=True)
 
 
 # -- consistency check ------------------------------------------------------------------------
@@ -724,4 +838,4 @@ def from_logical(host: np.ndarray, dtype, where: GlobalDevice) -> Tensor:
     return box(t, placement, sbp)
 
 
-interpreter.set_global_apply(apply_global)
+interpreter.set_global_apply(apply_global, _new_fast_call)

@@ -70,9 +70,11 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
     This is the hot path of eager mode.  A call whose (op, input metas, attrs, device) was
     seen before reuses its cached `_LocalCall` (no attr binding, meta inference or context
     building) and, when the op is small and its stream idle, runs the kernel right here without
-    building an instruction (`_run_local_call`).  Anything unusual (global tensors, an explicit
-    device, random or variadic ops, an unhashable attr) takes the general path below, which
-    also raises every error about bad input.
+    building an instruction (`_run_local_call`).  A call on global tensors does the same with
+    its cached `global_tensor._GlobalCall`, keyed also on each input's GlobalInfo (placement,
+    SBP, piece).  Anything unusual (local and global tensors mixed, an explicit device, random
+    or variadic ops, an unhashable attr) takes the general path below, which also raises every
+    error about bad input.
     """
     if _op_hook is not None and not _profiled:
         # sbpflow.profiler is recording: it times this call, re-entering with _profiled=True
@@ -81,29 +83,48 @@ def apply(opdef, inputs, attrs, device=None, generator=None, _profiled=False):
         # inside nn.Graph.build() on the tracing thread: record into the Job instead
         return _apply_lazy(opdef, inputs, attrs, device, generator)
     if device is None and opdef.call_cacheable:
+        global_call = None
         try:
             t0 = inputs[0]
             dev = t0._device
-            if len(inputs) == 1:
-                key = (t0._meta, t0._strides) if opdef.view else t0._meta
-                ok = t0._gl is None
-            else:
-                key = tuple([t._meta for t in inputs])
-                ok = True
-                for t in inputs:
-                    if t._gl is not None or t._device is not dev:
-                        ok = False
-            if ok:
+            gl = t0._gl
+            if gl is not None:
+                # Unrolled for one and two inputs: a comprehension costs a frame per call.
+                if len(inputs) == 1:
+                    key = (t0._meta, gl, t0._strides) if opdef.view else (t0._meta, gl)
+                elif len(inputs) == 2:
+                    t1 = inputs[1]
+                    key = (t0._meta, gl, t1._meta, t1._gl)
+                else:
+                    key = tuple([(t._meta, t._gl) for t in inputs])
                 key = (key, id(dev), _dtypes._default_float)
                 if attrs:
                     key = (key, tuple(attrs.items()), tuple(map(type, attrs.values())))
-                call = opdef.local_calls.get(key)
-                if call is None:
-                    call = _new_local_call(opdef, inputs, attrs, dev, key)
-                if call is not None:
-                    return _run_local_call(call, inputs)
+                global_call = opdef.global_calls.get(key)
+                if global_call is None:
+                    global_call = _new_global_call(opdef, inputs, attrs, key)
+            else:
+                ok = True
+                if len(inputs) == 1:
+                    key = (t0._meta, t0._strides) if opdef.view else t0._meta
+                else:
+                    key = tuple([t._meta for t in inputs])
+                    for t in inputs:
+                        if t._gl is not None or t._device is not dev:
+                            ok = False
+                if ok:
+                    key = (key, id(dev), _dtypes._default_float)
+                    if attrs:
+                        key = (key, tuple(attrs.items()), tuple(map(type, attrs.values())))
+                    call = opdef.local_calls.get(key)
+                    if call is None:
+                        call = _new_local_call(opdef, inputs, attrs, dev, key)
+                    if call is not None:
+                        return _run_local_call(call, inputs)
         except (AttributeError, TypeError, IndexError):
             pass  # not all tensors, or an unhashable attr: the general path explains
+        if global_call is not None:  # run outside the try: its errors are the user's
+            return global_call.run(inputs)
     return _apply_general(opdef, inputs, attrs, device, generator)
 
 
@@ -209,20 +230,25 @@ class _LocalCall:
                  "out_strides", "prims", "numel", "dev", "stream", "view", "view_layout",
                  "grad", "single", "fix", "direct")
 
-    def __init__(self, opdef, attrs, in_metas, out_metas, dev, view_layout):
+    def __init__(self, opdef, attrs, in_metas, out_metas, dev, view_layout, ctx=None):
         self.opdef = opdef
         self.name = opdef.name
         self.kernel = opdef.kernel
         self.attrs = attrs
-        self.ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
+        # `ctx`: a global call's (global_tensor._GlobalCall), with its pieces' metas; the
+        # memory figures below are of what the kernel makes, the pieces.
+        if ctx is None:
+            ctx = KernelContext(dev.prims, opdef.name, in_metas, out_metas)
+        self.ctx = ctx
         self.in_metas = in_metas
-        self.out_metas = out_metas
-        self.out_strides = tuple(_contiguous_strides(m.shape) for m in out_metas)
-        self.prims = _pooled(out_metas, dev)
+        self.out_metas = out_metas  # the outputs' metas (a global call's: logical)
+        made = ctx.out_metas
+        self.out_strides = tuple(_contiguous_strides(m.shape) for m in made)
+        self.prims = _pooled(made, dev)
         self.view = opdef.view
         self.view_layout = view_layout  # (strides, offset from the source's offset)
         # A view allocates nothing: it counts as 0 elements (as the builder counts it).
-        self.numel = 0 if opdef.view else sum(m.numel for m in out_metas)
+        self.numel = 0 if opdef.view else sum(m.numel for m in made)
         self.dev = dev
         self.stream = dev.type
         self.grad = opdef.grad is not None
@@ -260,17 +286,7 @@ def _new_local_call(opdef, tensors, attrs, dev, key):
 def _run_local_call(call, tensors):
     """Run a cached call: inline when the op is small and its stream idle (no instruction
     object), else as one instruction handed to the VM.  Then record autograd."""
-    outs = None
-    vm = _machine._vm
-    if vm is not None and _machine._tracer is None:
-        stream = vm.streams.get(call.stream)
-        if stream is not None and (call.numel < vm.inline_max or vm.mode is Mode.SYNC):
-            if stream.completed != stream.issued:
-                # A small op joins its busy stream rather than queue behind it: queued small
-                # ops cost the worker a GIL hand-off each while this thread keeps the GIL busy
-                # (measured: the MLP step took 1.2x as long queued as run inline).
-                stream.wait(stream.issued)
-            outs = _run_inline(call, tensors, vm, stream)
+    outs = _run_inline(call, tensors)
     if outs is None:
         outs = _issue(call.opdef, tensors, call.attrs, call.ctx, call.dev, call.prims)
     if call.grad and _grad_state.enabled:
@@ -283,11 +299,25 @@ def _run_local_call(call, tensors):
     return outs[0] if call.single else tuple(outs)
 
 
-def _run_inline(call, tensors, vm, stream):
+def _run_inline(call, tensors):
     """The kernel run on this thread, in order on an idle stream, with the bookkeeping an
     instruction would get (a sequence number, the outputs' storage writes, errors raised as
-    the VM raises an inline failure).  None, with nothing done, if an input is still being
-    produced or written on another stream: the instruction path then orders it."""
+    the VM raises an inline failure), when the op is small (or the VM is in SYNC mode) and
+    no profiler traces instructions.  None, with nothing done, if it may not run inline or an
+    input is still being produced or written on another stream: the instruction path then
+    orders it.  The outputs are local tensors with `call.out_metas` (a global caller adds
+    their GlobalInfo)."""
+    vm = _machine._vm
+    if vm is None or _machine._tracer is not None:
+        return None
+    stream = vm.streams.get(call.stream)
+    if stream is None or not (call.numel < vm.inline_max or vm.mode is Mode.SYNC):
+        return None
+    if stream.completed != stream.issued:
+        # A small op joins its busy stream rather than queue behind it: queued small ops cost
+        # the worker a GIL hand-off each while this thread keeps the GIL busy (measured: the
+        # MLP step took 1.2x as long queued as run inline).
+        stream.wait(stream.issued)
     with vm._issue_lock:
         if len(vm._releases) >= vm.RELEASE_BATCH:
             vm._flush_releases_locked()
@@ -712,10 +742,21 @@ def lazy_convert(kind: str, t, placement=None, sbp=None, grad_sbp=None):
     return None
 
 
-def set_global_apply(fn) -> None:
-    """Installed by global_tensor.py: the eager global interpreter."""
-    global _apply_global
+def _no_global_call(opdef, inputs, attrs, key):
+    return None
+
+
+_new_global_call = _no_global_call
+
+
+def set_global_apply(fn, new_call=_no_global_call) -> None:
+    """Installed by global_tensor.py: the eager global interpreter, and `new_call(opdef,
+    inputs, attrs, key)`, which makes (and caches in opdef.global_calls under key) the
+    cached call of a call on global inputs not seen before, or returns None where the
+    general path must run it."""
+    global _apply_global, _new_global_call
     _apply_global = fn
+    _new_global_call = new_call
 
 
 _builder = InstructionsBuilder()

@@ -214,6 +214,9 @@ class OpDef:
         # Cached local calls of the eager interpreter, by (default dtype, device, input
         # metas, attrs): see framework/interpreter.py.  Random ops draw per call and get none.
         self.local_calls: dict = {}
+        # Cached global calls, by the same plus each input's GlobalInfo (placement, SBP,
+        # piece): see framework/global_tensor.py.
+        self.global_calls: dict = {}
         self.call_cacheable = not (self.variadic or self.random)
         in_names = tuple(n.lstrip("*") for n in self.inputs)
         if self.saves is None:

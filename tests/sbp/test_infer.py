@@ -179,6 +179,7 @@ def test_eager_global_ops_take_their_signature_from_sbp_infer(monkeypatch):
     from sbpflow.framework import global_tensor
 
     monkeypatch.setattr(global_tensor, "_GLOBAL_CALLS", {})
+    global_tensor.clear_call_caches()  # and the per-op caches of interpreter.apply
     calls = []
     real = infer.choose_signature
 
