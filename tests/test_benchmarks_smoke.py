@@ -27,6 +27,7 @@ N = r"[\d.]+"  # a number as the tables print it
 # launch `mpiexec -n 2 python -m mpi4py <script>`).
 EXTRA_RUNS = {
     "global_overhead.py": [("mpiexec -n 2", None)],
+    "graph_global.py": [("mpiexec -n 2", None)],
     "one_embedding.py": [("--ranks 2", ["--ranks", "2"]),
                          ("large table", ["--cache-mb", "0.1", "--graph"])],
 }
@@ -51,6 +52,14 @@ RESULTS = {
     "global_overhead.py mpiexec -n 2": [
         r"threads: 1 per rank; ranks: 2;",
         rf"add 2x2, check on +S\(0\)\+S\(0\) +{N} +{N} +{N}x"],
+    "graph_global.py": [r"2 ranks on \d+ cores; 1 BLAS/OpenMP thread\(s\) per rank",
+                        rf"\| dp2 \| .* \| {N} \| {N} \|",
+                        rf"\| width \d+ \| {N}x \| {N}x \| {N}x \|",
+                        rf"\| TP \| \d+ \| \d+ \| \d+ \| \d+ \|( -?{N} \|){{8}}$"],
+    "graph_global.py mpiexec -n 2": [
+        r"2 ranks on \d+ cores; 1 BLAS/OpenMP thread\(s\) per rank",
+        rf"\| dp2 \| .* \| {N} \| {N} \|",
+        rf"\| TP \| \d+ \| \d+ \| \d+ \| \d+ \|( -?{N} \|){{8}}$"],
     "layers.py": [rf"MHA 16x32x128 h4 +{N} +{N} +{N}x +{N} +{N} +- +{N}x"],
     "one_embedding.py": [r"  sbpflow nn\.Embedding dense \+ SGD +[\d,]+ ids/s",
                          rf"  cache +5% of the table: hit rate +{N}% +[\d,]+ ids/s"],
