@@ -72,7 +72,7 @@ def _timed_trace(job, *a, **kw):
     return out
 
 
-def _counted_passes(job, dump=None, skip=()):
+def _counted_passes(job, dump=None, **kw):
     counts = _rec["counts"] = {}
 
     def count(name, j):
@@ -81,7 +81,7 @@ def _counted_passes(job, dump=None, skip=()):
             dump(name, j)
 
     t0 = time.perf_counter()
-    times = _run_passes(job, dump=count, skip=skip)
+    times = _run_passes(job, dump=count, **kw)
     _rec["passes_total"] = time.perf_counter() - t0
     _rec["pass_times"] = times
     return times

@@ -466,7 +466,9 @@ def _culprit(output: bytes, records: RankRecords, statuses: list[int]) -> int | 
         return int(m.group(1))
     if records.all_watched:
         for batch in records.ended:
-            failed = [r for r in batch if r < len(statuses) and statuses[r] != 0]
+            if any(r >= len(statuses) for r in batch):
+                return None  # a rank whose status hydra did not report here ended first
+            failed = [r for r in batch if statuses[r] != 0]
             if len(failed) == 1:
                 return failed[0]
             if failed:  # several in the same instant: cannot tell which was first

@@ -264,6 +264,9 @@ def test_the_first_rank_seen_ending_is_the_cause_only_when_every_rank_was_watche
     assert _culprit(abort, seen, statuses) == 2
     # A rank that ended cleanly first (status 0) is not a failure: the next batch is.
     assert _culprit(b"", RankRecords([[0], [2], [1]], True), [0, _w(sig=9), _w(sig=9)]) == 2
+    # A rank whose status this machine's hydra did not report (it ran on another machine,
+    # with its watcher writing here) ended first: the cause is not a rank seen here.
+    assert _culprit(b"", RankRecords([[1], [0]], True), [_w(sig=9)]) is None
 
 
 def test_rank_records_are_read_from_the_watchers_lines(tmp_path):
