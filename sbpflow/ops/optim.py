@@ -54,6 +54,37 @@ def _check_scalar(name, m, arg):
         raise op_error(name, f"{arg} must be a 0-d tensor, got shape {list(m.shape)}")
 
 
+def _elementwise_sbp(infer_meta):
+    """The SBP signatures of an update (`infer_meta`: the op's): (B, ...) -> B, and S(a) on
+    every tensor that is not 0-d (grads and states included) for each axis a they all have
+    -> S(a), since the update is elementwise (a split parameter is updated piece by piece,
+    with no communication).  0-d tensors (step counts, lr, 0-d params) stay B: every rank
+    advances its own copy.  A P gradient has no signature: it is reduced first."""
+    def sbp(*metas, **attrs):
+        outs = infer_meta(*metas, **attrs)
+        sigs = [Signature((B,) * len(metas), (B,) * len(outs))]
+        shaped = [m.ndim for m in (*metas, *outs) if m.ndim]
+        for a in range(min(shaped, default=0)):
+            sigs.append(Signature(tuple(Split(a) if m.ndim else B for m in metas),
+                                  tuple(Split(a) if m.ndim else B for m in outs)))
+        return sigs
+
+    return sbp
+
+
+def _param_of(*metas, **attrs):
+    """`keeps_sbp` of a one-parameter update: its parameter (input 0) is updated in place."""
+    return (0,)
+
+
+def _params_of(per_of):
+    """`keeps_sbp` of a multi-tensor update: the parameter opening each block."""
+    def params(*metas, n=1, **attrs):
+        return tuple(k * per_of(attrs) for k in range(n))
+
+    return params
+
+
 # -- SGD ------------------------------------------------------------------------------------
 _SGD_ATTRS = {"momentum": Attr("float", 0.0), "dampening": Attr("float", 0.0),
               "nesterov": Attr("bool", False), "weight_decay": Attr("float", 0.0),
@@ -161,6 +192,8 @@ register(OpDef(
     outputs=("param", "momentum_buffer"),
     attrs=dict(_SGD_ATTRS),
     infer_meta=_sgd_meta,
+    sbp=_elementwise_sbp(_sgd_meta),
+    keeps_sbp=_param_of,
     kernel=_sgd_update_kernel,
     reference=lambda torch, ts, **a: _torch_sgd(torch, *ts, **a),
     samples=lambda rng: [Sample(list(s.inputs), grad=False, **s.attrs)
@@ -282,6 +315,8 @@ register(OpDef(
     outputs=("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"),
     attrs=dict(_ADAM_ATTRS),
     infer_meta=_adam_meta,
+    sbp=_elementwise_sbp(_adam_meta),
+    keeps_sbp=_param_of,
     kernel=_adam_update_kernel,
     reference=lambda torch, ts, **a: _torch_adam(torch, *ts, **a),
     samples=_adam_samples,
@@ -364,6 +399,8 @@ register(OpDef(
     outputs=("param", "sum", "step"),
     attrs=dict(_ADAGRAD_ATTRS),
     infer_meta=_adagrad_meta,
+    sbp=_elementwise_sbp(_adagrad_meta),
+    keeps_sbp=_param_of,
     kernel=_adagrad_update_kernel,
     reference=lambda torch, ts, **a: _torch_adagrad(torch, *ts, **a),
     samples=_adagrad_samples,
@@ -478,6 +515,8 @@ register(OpDef(
     outputs=("out",),
     attrs={"n": Attr("int", 1), **_SGD_ATTRS},
     infer_meta=_msgd_meta,
+    sbp=_elementwise_sbp(_msgd_meta),
+    keeps_sbp=_params_of(_sgd_per),
     kernel=_msgd_kernel,
     reference=_torch_multi(lambda torch, *ts, **a: _torch_sgd(torch, *ts, **a), _sgd_per),
     samples=_multi_samples(_sgd_samples, _sgd_per, _sgd_shared, 2),
@@ -490,6 +529,8 @@ register(OpDef(
     outputs=("out",),
     attrs={"n": Attr("int", 1), **_ADAM_ATTRS},
     infer_meta=_madam_meta,
+    sbp=_elementwise_sbp(_madam_meta),
+    keeps_sbp=_params_of(lambda a: _adam_per(a) + 1),
     kernel=_madam_kernel,
     reference=_torch_multi(lambda torch, *ts, **a: _torch_adam(torch, *ts, **a),
                            lambda a: _adam_per(a) + 1),
@@ -504,6 +545,8 @@ register(OpDef(
     outputs=("out",),
     attrs={"n": Attr("int", 1), **_ADAGRAD_ATTRS},
     infer_meta=_madagrad_meta,
+    sbp=_elementwise_sbp(_madagrad_meta),
+    keeps_sbp=_params_of(lambda a: 4),
     kernel=_madagrad_kernel,
     reference=_torch_multi(lambda torch, *ts, **a: _torch_adagrad(torch, *ts, **a),
                            lambda a: 4),
@@ -952,23 +995,6 @@ def _rprop_block(rng, shape, dtype, attrs):
             _r(rng, shape, dtype, True), _f32(4.0)]
 
 
-def _multi_sbp(name, per_of, shared_of):
-    """(B, ...) -> B, and S(a) on every tensor that is not 0-d (grads and states included)
-    for each axis a they all have -> S(a): the update is elementwise.  0-d inputs (step
-    counts, state scalars, lr, 0-d params) stay B and every rank advances its own copy."""
-    def sbp(*metas, n=1, **attrs):
-        blocks, _ = _blocks(name, metas, n, per_of(attrs), shared_of(attrs))
-        outs = [m for b in blocks for m in (b[0], *b[2:])]  # a block's outputs: all but grad
-        sigs = [Signature((B,) * len(metas), (B,) * len(outs))]
-        shaped = [m.ndim for m in metas if m.ndim]
-        for a in range(min(shaped, default=0)):
-            sigs.append(Signature(tuple(Split(a) if m.ndim else B for m in metas),
-                                  tuple(Split(a) if m.ndim else B for m in outs)))
-        return sigs
-
-    return sbp
-
-
 def _register_multi(name, single, keys_of, n_scalars, attrs, kwargs_of, block, variants,
                     meta, kernel, doc, has_lr=True):
     def per_of(a):
@@ -984,7 +1010,8 @@ def _register_multi(name, single, keys_of, n_scalars, attrs, kwargs_of, block, v
         infer_meta=mmeta,
         kernel=mkernel,
         saves=(),  # no gradient: an update only
-        sbp=_multi_sbp(name, per_of, lambda a: shared),
+        sbp=_elementwise_sbp(mmeta),
+        keeps_sbp=_params_of(per_of),
         reference=_torch_multi(_torch_block(single, keys_of, n_scalars, kwargs_of, has_lr),
                                per_of),
         samples=_optim_samples(block, variants, has_lr=has_lr),

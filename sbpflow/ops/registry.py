@@ -148,7 +148,7 @@ class KernelContext:
     """
 
     __slots__ = ("prims", "op", "in_metas", "out_metas", "logical_in", "logical_out",
-                 "out_pieces", "seed", "offset")
+                 "out_pieces", "seed", "offset", "instance")
 
     def __init__(self, prims, op, in_metas, out_metas, logical_in=None, logical_out=None,
                  out_pieces=None, seed=0, offset=0):
@@ -161,6 +161,9 @@ class KernelContext:
         self.out_pieces = out_pieces
         self.seed = seed
         self.offset = offset
+        # In a compiled graph, the job instance (the runtime's piece: the call number) the
+        # kernel runs for; set per call for kernels that declare `uses_instance` (else 0).
+        self.instance = 0
 
     def piece(self, i: int = 0) -> tuple[slice, ...]:
         """The slice per axis of logical output i held by this kernel call."""
@@ -201,6 +204,10 @@ class OpDef:
     # mark_non_differentiable): a kernel's saved workspace for its grad rule.  They never
     # require grad, and backward passes them no gradient (not even zeros).
     nondiff: tuple[str, ...] = ()
+    # Optional: keeps_sbp(*in_metas, **attrs) -> the indices of inputs the op updates in place
+    # (an optimizer update's parameters).  Signature inference takes them as they are when
+    # a declared signature allows it: a parameter is never moved to suit its update.
+    keeps_sbp: Callable[..., Any] | None = None
 
     def __post_init__(self):
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")

@@ -11,7 +11,8 @@ split axes are long enough for the ranks that cut them. The choice: the signatur
 inputs already match wins; otherwise the one of least cost, earlier declared signatures
 winning ties. A candidate's cost is the boxing of its inputs (the copy-cost model of
 `boxing.cost`) plus the reduction each of its P outputs owes (`partial_output_cost`), so a
-signature that leaves a big partial sum behind no longer looks free. All-broadcast is always
+signature that leaves a big partial sum behind no longer looks free. Inputs an op updates in
+place (`OpDef.keeps_sbp`: an optimizer update's parameters) keep their SBP. All-broadcast is always
 valid (every rank computes the whole op), so it is the fallback for ops that declare nothing.
 """
 
@@ -72,16 +73,22 @@ def candidates(sigs_1d, in_metas, out_metas, placement: Placement, keep=None):
 
 
 def choose(sigs_1d, in_metas: tuple[TensorMeta, ...], in_sbps: tuple, out_metas,
-           placement: Placement, cost_fn):
+           placement: Placement, cost_fn, kept=()):
     """The signature to run: (input nd-SBPs, output nd-SBPs).
 
     `cost_fn(meta, placement, src_sbp, dst_sbp)` is the boxing copy cost on one placement.
     A candidate whose inputs match wins outright (nothing to box; its P outputs are what the
     program's layout implies, as a tensor-parallel matmul's). Otherwise a candidate costs the
-    boxing of its inputs plus `partial_output_cost` of each output.
+    boxing of its inputs plus `partial_output_cost` of each output.  `kept`: indices of
+    inputs whose nd-SBP must stay (`OpDef.keeps_sbp`); candidates that box them count only
+    when no other is left.
     """
+    cands = candidates(sigs_1d, in_metas, out_metas, placement, in_sbps)
+    if kept:
+        keeping = [c for c in cands if all(c[0][i] == in_sbps[i] for i in kept)]
+        cands = keeping or cands
     best, best_cost = None, None
-    for ins, outs in candidates(sigs_1d, in_metas, out_metas, placement, in_sbps):
+    for ins, outs in cands:
         if ins == in_sbps:
             return ins, outs  # nothing to box
         total = 0.0
@@ -138,7 +145,8 @@ def choose_signature(opdef, in_metas: tuple, in_sbps: tuple, out_metas: tuple,
                      placement: Placement, attrs: dict, creation_sbp=None) -> tuple:
     """(input nd-SBPs, output nd-SBPs) of one op call on `placement`, cached.
 
-    `opdef` is the op's OpDef (its `name` and `signatures(in_metas, attrs)` are used);
+    `opdef` is the op's OpDef (its `name`, `keeps_sbp` and `signatures(in_metas, attrs)` are
+    used);
     `in_metas`/`out_metas` are logical; `attrs` are bound. With no inputs, the op creates a
     tensor and `creation_sbp` (None: B) is what the caller asked for (`creation_signature`);
     otherwise `choose` picks among the op's candidates with the boxing cost model. The result
@@ -154,8 +162,9 @@ def choose_signature(opdef, in_metas: tuple, in_sbps: tuple, out_metas: tuple,
     if hit is not None:
         return hit
     if in_metas:
+        kept = opdef.keeps_sbp(*in_metas, **attrs) if opdef.keeps_sbp is not None else ()
         hit = choose(opdef.signatures(in_metas, attrs), in_metas, in_sbps, out_metas,
-                     placement, same_placement_cost)
+                     placement, same_placement_cost, kept)
     else:
         hit = ((), creation_signature(opdef, out_metas, placement, creation_sbp, attrs))
     if key is not None and len(_CHOICES) < _CHOICES_LIMIT:

@@ -131,6 +131,7 @@ class _Counting:
 
     def __init__(self, opdef):
         self.opdef, self.name, self.asked = opdef, opdef.name, 0
+        self.keeps_sbp = opdef.keeps_sbp
 
     def signatures(self, in_metas, attrs):
         self.asked += 1
@@ -157,6 +158,30 @@ def test_choose_signature_is_choose_with_the_cost_model_and_cached(world_of, mon
         assert got == _choose("matmul", [a, b], sbps, p) and counting.asked == 1
         again, counting = _signature("matmul", [a, b], sbps, p)
         assert again == got and counting.asked == 0  # the cache answered
+
+
+def test_an_update_keeps_its_parameters_sbp(world_of, monkeypatch):
+    """An optimizer update runs where its parameter lies (`OpDef.keeps_sbp`): a B parameter
+    with a P gradient takes the all-reduced gradient, though reduce-scattering the gradient
+    and updating S(0) pieces would box less before the op (then the new S(0) parameter
+    would need an all-gather into its B variable); a split parameter is updated piece by
+    piece, its gradient and momentum as they are."""
+    world_of(2)
+    monkeypatch.setattr(infer, "_CHOICES", {})
+    p = Placement("cpu", [0, 1])
+    w, lr = _meta(8, 6), _meta()
+    attrs = {"momentum": 0.9}
+    dp = [(B,), (P,), (B,), (B,), (B,)]
+    got, _ = _signature("sgd_update", [w, w, w, lr, lr], dp, p, **attrs)
+    assert got == (((B,),) * 5, ((B,), (B,)))
+    # without the rule, the cheapest boxing before the op moves the parameter
+    assert _choose("sgd_update", [w, w, w, lr, lr], dp, p, **attrs)[0][0] == (S(0),)
+    tp = [(S(1),), (S(1),), (S(1),), (B,), (B,)]
+    got, _ = _signature("sgd_update", [w, w, w, lr, lr], tp, p, **attrs)
+    assert got == (tuple(tp), ((S(1),), (S(1),)))
+    n2 = [(S(0),), (B,), (S(0),), (P,), (B,)]  # multi-tensor: every block's parameter kept
+    got, _ = _signature("multi_sgd_update", [w, w, w, w, lr], n2, p, n=2)
+    assert got[0][:4] == ((S(0),),) * 4, got
 
 
 def test_creation_ops_fill_declared_pieces_and_make_b_otherwise(world_of, monkeypatch):

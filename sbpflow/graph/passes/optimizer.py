@@ -163,9 +163,21 @@ def _group(job: Job, trace: Trace, kind: str, group: dict, fuse: bool,
     targets = []  # variable names in output order
     outs = []
     if fuse:
-        flat = [t for _, b in blocks for t in b] + shared
-        res = registry.op(f"multi_{op_name}", flat, n=len(blocks), **hyper)
-        outs = list(res) if isinstance(res, tuple) else [res]
+        # one multi-tensor op per parameter layout: its signature splits all its blocks alike,
+        # and every parameter is updated where it lies (`OpDef.keeps_sbp`)
+        buckets: dict = {}
+        for i, (p, _) in enumerate(blocks):
+            t = job.tensors[p]
+            buckets.setdefault((t.placement, t.sbp) if t.is_global else None, []).append(i)
+        outs_of: dict[int, list] = {}
+        for idx in buckets.values():
+            flat = [t for i in idx for t in blocks[i][1]] + shared
+            res = registry.op(f"multi_{op_name}", flat, n=len(idx), **hyper)
+            res = list(res) if isinstance(res, tuple) else [res]
+            k = len(res) // len(idx)
+            for j, i in enumerate(idx):
+                outs_of[i] = res[j * k:(j + 1) * k]
+        outs = [o for i in range(len(blocks)) for o in outs_of[i]]
     else:
         for _, b in blocks:
             res = registry.op(op_name, [*b, *shared], **hyper)
