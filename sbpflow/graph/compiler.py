@@ -12,9 +12,10 @@ collectives is
 and a step with collectives is cut at each of them: every boxing node that sends data (and
 every local -> global broadcast) is a task of its own (kind `boxing`, on the comm stream)
 between compute tasks, `source -> copy_in -> compute-0 -> boxing-1 -> compute-2 -> ... ->
-copy_out`.  Task and register ids follow the Job's order, so every rank derives the same ones,
-and the collectives run in the one order the Plan fixes, whatever order tasks become ready in
-(each depends on the one before).  The tasks of a step share its memory block.
+copy_out`; its point-to-point messages are tagged per (register, piece).  Task and register
+ids follow the Job's order, so every rank derives the same ones, and the collectives run in
+the one order the Plan fixes, whatever order tasks become ready in (each depends on the one
+before).  The tasks of a step share its memory block.
 
 The source starts a job instance; copy_in copies the call's inputs into its register's planned
 buffers (register_num 2: it runs one step ahead of compute), or in the inline plan hands them on
@@ -97,6 +98,9 @@ def compile_job(job: ir.Job, threads: str = "inline", copy_inputs: bool | None =
             roots[op.outputs[0]] = "feed"
         elif kind == "constant":
             roots[op.outputs[0]] = "constant"
+        elif kind in ir.VIEW_OPS:
+            views.add(op.outputs[0])
+            roots[op.outputs[0]] = roots.get(op.inputs[0], "own")
         elif kind in ir.KERNEL_RESOLVERS:
             for o in op.outputs:
                 roots[o] = "own"
@@ -295,6 +299,10 @@ def _cut_step(segments, assigns, inputs, results, tensors, mem_bytes, copy_input
         consumers = (tid + 1,) if k + 1 < n else (copy_out, tick)
         blobs = tuple(needed_after[k]) if k + 1 < n else tuple(results)
         thread = comm_thread if kind == "boxing" else compute_thread
+        if kind == "boxing":  # its messages are tagged per (this register, piece)
+            for op in ops:
+                if op.op_type == "boxing":
+                    op.attrs["register"] = tid
         tasks.append(TaskDesc(tid, name, kind, "comm" if kind == "boxing" else "compute",
                               thread, (tid - 1,), (tid,), list(ops), blobs,
                               tuple(placed[k]), mem_bytes, block="step" if mem_bytes else ""))
@@ -314,6 +322,8 @@ def _cut_step(segments, assigns, inputs, results, tensors, mem_bytes, copy_input
 
 
 def _is_view(op_type: str) -> bool:
+    if op_type in ir.KERNEL_RESOLVERS:
+        return op_type in ir.VIEW_OPS
     try:
         return registry.get(op_type).view
     except KeyError:

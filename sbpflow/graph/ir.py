@@ -53,6 +53,9 @@ KERNEL_RESOLVERS: dict[str, Callable[..., Any]] = {}
 # it here): memory planning gives only such outputs, and those of registry kernels with
 # `accepts_out`, an offset in the block.
 OUT_WRITERS: set[str] = set()
+# The op types of KERNEL_RESOLVERS whose one output is a view of their first input (declared
+# here for the same reason): the compiler and memory planning alias it to that input's memory.
+VIEW_OPS: set[str] = set()
 
 
 @dataclasses.dataclass

@@ -37,6 +37,7 @@ from ..graph import passes as _passes
 from ..graph.ir import Job, Variable
 from ..graph.trace import flatten, module_names, trace_build, unflatten
 from ..sbp import B as _B
+from ..sbp import layout as _layout
 from .modules.module import Module
 
 TRAIN_STEP = "System-Train-TrainStep"
@@ -90,8 +91,9 @@ class GraphConfig:
         """Each call's tensor arguments are a mini-batch of `value` micro-batches (split along
         axis 0); the gradients of the micro-batches are accumulated and the optimizer steps
         once per call.  Outputs are packed as OneFlow packs them: concatenated along axis 0
-        over the micro-batches, a scalar (the loss) becoming shape (value,).  See
-        graph/passes/grad_accumulation.py.  Changing it recompiles."""
+        over the micro-batches, a scalar (the loss) becoming shape (value,).  A global
+        argument's micro-batches are slices of each rank's piece (data parallelism: no row
+        moves).  See graph/passes/grad_accumulation.py.  Changing it recompiles."""
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"set_gradient_accumulation_steps: the number of micro-batches "
                             f"must be an int, got {type(value).__name__} ({value!r})")
@@ -608,9 +610,24 @@ class Graph:
                     f"whose size is a multiple of {steps}, or hold tensors that are not "
                     "batches in the modules (buffers) instead of passing them")
             with no_grad():
-                piece = t.narrow(0, 0, t.shape[0] // steps)
-                if t.is_global and (piece.placement, piece.sbp) != (t.placement, t.sbp):
-                    piece = piece.to_global(t.placement, t.sbp)  # the input keeps its SBP
+                if t.is_global:  # the first n-th of each rank's piece (OneFlow's unpack)
+                    # every rank decides from the layout, so all raise together or none
+                    for r in t.placement.rank_list:
+                        rows = _layout.local_shape(tuple(t.shape), t.placement, t.sbp, r)[0]
+                        if rows % steps:
+                            raise ValueError(
+                                f"{self._name}: {setting} cuts each rank's piece of a global "
+                                f"argument along axis 0 into {steps} micro-batches, but rank "
+                                f"{r}'s piece of tensor argument {i} (counted from 0 in "
+                                f"build()'s argument order; shape {list(t.shape)}, sbp "
+                                f"{t.sbp} on {t.placement}) has {rows} rows, which {steps} "
+                                f"does not divide; pass a batch whose piece on every rank is "
+                                f"a multiple of {steps}")
+                    local = t.to_local()
+                    piece = local.narrow(0, 0, local.shape[0] // steps).to_global(
+                        t.placement, t.sbp)
+                else:
+                    piece = t.narrow(0, 0, t.shape[0] // steps)
             pieces.append(piece)
         return unflatten(spec, pieces)
 

@@ -310,7 +310,7 @@ class ComputeActor(Actor):
             args = ins[0].arrays or ()
         else:
             args = [a for s in ins for a in (s.arrays or ())]
-        results = self._fn(args, inst.feeds, inst.rng)
+        results = self._fn(args, inst.feeds, inst.rng, inst.piece)
         for slot in outs:
             slot.arrays = results
 

@@ -7,7 +7,7 @@ bitwise equal to eager), drops each array after its last use, and writes each va
 assign where the Job placed it, or after the last reader of the old value if one comes
 later.  No Tensor, VM instruction or autograd object is made per op.
 
-    def chain(ins, feeds, rng):
+    def chain(ins, feeds, rng, piece):
         v0, = ins
         v1 = V_0._blob.array  # variable 'fc.weight'
         v2 = ec(F_1(C_1, v0, v1))  # matmul (fc-matmul-2)
@@ -172,7 +172,7 @@ class Chain:
 
         if self.profile:
             body = self._timed(body, env)
-        lines = ["def chain(ins, feeds, rng):"]
+        lines = ["def chain(ins, feeds, rng, piece):"]
         for line, op in body:
             lines.append("    " + line)
             if op is not None:
@@ -297,6 +297,8 @@ class Chain:
         env["F" + k] = kernel
         if lk.random:
             body.append((f"C{k}.seed, C{k}.offset = rng[{rng_index[op.name]}]", op))
+        if getattr(lk.kernel, "uses_instance", False):  # e.g. the boxing kernel's tags
+            body.append((f"C{k}.instance = piece", op))
         args = ", ".join(name_of(t) for t in op.inputs)
         if lk.variadic:
             args = f"[{args}]"

@@ -42,7 +42,20 @@ from .layout import balanced_bounds, check_split_axes, local_shape, normalize_sb
 from .placement import Placement
 from .sbp import B, Broadcast, P, Sbp, Split
 
-_TAG = 0xB0  # the point-to-point tag of the general path, apart from other traffic
+# Point-to-point tags of the general path (redistribution), apart from other traffic.  Eager
+# mode runs one route at a time per rank, in program order: one tag.  A compiled graph's
+# boxing tasks tag their messages per (register, piece) (`graph_tag`), so a message can only
+# match the receive of its own task and job instance, however the tasks overlap.
+_TAG = 0xB0
+_GRAPH_TAGS = (0x100, 32767)  # [first, last]: 32767 is the least MPI_TAG_UB MPI allows
+PIECE_TAGS = 64  # job instances told apart (a register has at most 2 in flight)
+
+
+def graph_tag(register: int, piece: int) -> int:
+    """The tag of the messages a graph's boxing task sends for job instance `piece`, its
+    output register being `register` (ids are the Plan's, the same on every rank)."""
+    first, last = _GRAPH_TAGS
+    return first + (register * PIECE_TAGS + piece % PIECE_TAGS) % (last - first + 1)
 _P_PENALTY = 10  # anything -> P costs T * n * this
 
 
@@ -569,11 +582,13 @@ class BoxingRoute:
         """The sorted ranks of the src and dst placements: those that call `run`."""
         return self._participants
 
-    def run(self, local, world):
+    def run(self, local, world, tag: int = _TAG):
         """This rank's piece under dst (a new C-contiguous array), or None outside dst.
 
         Every rank of `participants()` calls it, in the same order; `local` is this rank's
-        piece under src (None outside src). `world` is `sbpflow.comm.world()`.
+        piece under src (None outside src). `world` is `sbpflow.comm.world()`.  `tag`: the
+        tag of the point-to-point messages a redistribution sends (collectives have none);
+        every participant passes the same one.
         """
         prepared = self._prepared.get(world)
         if prepared is None:
@@ -594,8 +609,8 @@ class BoxingRoute:
                 f"boxing.BoxingRoute.run(): local must be rank {world.rank}'s piece under "
                 f"{_fmt(self.src[1])}: a {self._dtype} array of shape {want}, got {got}"
             )
-        for fn in fns:
-            local = fn(local)
+        for fn, tagged in fns:
+            local = fn(local, tag) if tagged else fn(local)
         return local
 
     def _prepare(self, world):
@@ -613,11 +628,11 @@ class BoxingRoute:
         fns = []
         mem = _Memory(self.dst[0].type)
         for move in self._moves:
-            fn = (_prepare_axis(move, self.meta, self._dtype, rank, world, mem)
-                  if isinstance(move, _AxisMove) else
+            axis = isinstance(move, _AxisMove)
+            fn = (_prepare_axis(move, self.meta, self._dtype, rank, world, mem) if axis else
                   _prepare_redistribute(move, self.meta, self._dtype, rank, world, mem))
             if fn is not None:
-                fns.append(fn)
+                fns.append((fn, not axis))
         prepared = (want, tuple(fns))
         self._prepared[world] = prepared
         return prepared
@@ -659,15 +674,15 @@ def _prepare_redistribute(move: _Redistribute, meta, dtype, rank, world, mem):
     # A holder's piece is covered by the transfers; the rest of a P destination is zeros.
     alloc = mem.empty if holder else mem.zeros
 
-    def redistribute(x):
+    def redistribute(x, tag):
         out = alloc(out_shape, dtype) if in_dst else None
         for src_index, dst_index in copies:
             out[dst_index] = x[src_index]
         for is_send, peer, index in ops:
             if is_send:
-                world.send(x[index], peer, _TAG)
+                world.send(x[index], peer, tag)
             else:
-                world.recv(out[index], peer, _TAG)
+                world.recv(out[index], peer, tag)
         return out
 
     return redistribute

@@ -20,6 +20,7 @@ import sbpflow as flow
 import sbpflow.nn as nn
 from sbpflow import comm
 from sbpflow.framework import global_tensor
+from sbpflow.graph.ir import boxing_text
 
 RANK = flow.env.get_rank()
 WORLD = flow.env.get_world_size()
@@ -85,13 +86,14 @@ def _same_global(got, want):
     np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL)
 
 
-def _train(kind, make, x_sbp, grid=False, steps=4, rows=10):
+def _train(kind, make, x_sbp, grid=False, steps=4, rows=10, fuse=False):
     placement = P if not grid else flow.placement("cpu", [[0, 1], [2, 3]])
     me, mg = make(placement), make(placement)
     oe, og = _optimizer(kind, me.parameters()), _optimizer(kind, mg.parameters())
     x = _data((rows, 6), 1, x_sbp, placement)
     y = _data((rows, 3), 2, x_sbp, placement)
     g = TrainGraph(mg, og)
+    g.config.allow_fuse_model_update_ops(fuse)
     for _ in range(steps):
         loss_e = ((me(x) - y) ** 2).mean()
         oe.zero_grad()
@@ -114,8 +116,16 @@ def test_data_parallel_training_equals_eager(kind):
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
-def test_tensor_parallel_mlp_training_equals_eager(kind):
-    _train(kind, lambda p: _mlp(p, tp=True), (B,))
+@pytest.mark.parametrize("fuse", [False, True])
+def test_tensor_parallel_mlp_training_equals_eager(kind, fuse):
+    g = _train(kind, lambda p: _mlp(p, tp=True), (B,), fuse=fuse)
+    job = g._last.job
+    # each parameter is updated where it lies: no split parameter, gradient or state is
+    # gathered for its update (the fused form: one multi-tensor op per parameter layout)
+    updates = [op for op in job.ops if op.op_type.endswith("_update")]
+    assert len(updates) == (3 if fuse else 4), str(job)
+    assert not [op for op in job.ops if op.op_type == "boxing" and op.scope == "optimizer"
+                and "all_gather" in boxing_text(op, job)], str(job)
 
 
 @pytest.mark.parametrize("rows", [5, 7])
@@ -128,6 +138,79 @@ def test_data_parallel_uneven_batch_equals_eager(rows):
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_2d_grid_data_times_tensor_parallel_training_equals_eager(kind):
     _train(kind, lambda p: _mlp(p, grid=True), (S(0), B), grid=True)
+
+
+# -- gradient accumulation: micro-batches of each rank's piece ---------------------------
+class AccGraph(TrainGraph):
+    def __init__(self, model, opt, n):
+        super().__init__(model, opt)
+        self.config.set_gradient_accumulation_steps(n)
+
+
+def _micro(t, k, n):
+    """Micro-batch k of n of a global batch as each rank cuts it (the k-th n-th of its piece
+    along axis 0; OneFlow's unpack, eager DDP's recipe), in eager global mode."""
+    local = t.to_local()
+    m = local.shape[0] // n
+    return local[k * m:(k + 1) * m].to_global(t.placement, t.sbp)
+
+
+def _train_acc(kind, make, x_sbp, n, grid=False, steps=3):
+    """The graph with n micro-batches against eager global's recipe: per micro-batch
+    forward and (loss / n).backward(), one step per call; the graph returns the n losses."""
+    placement = P if not grid else flow.placement("cpu", [[0, 1], [2, 3]])
+    me, mg = make(placement), make(placement)
+    oe, og = _optimizer(kind, me.parameters()), _optimizer(kind, mg.parameters())
+    g = AccGraph(mg, og, n)
+    rows = 4 * WORLD  # every rank's piece splits into 2 and 4 micro-batches
+    for step in range(steps):
+        x = _data((rows, 6), 20 + step, x_sbp, placement)
+        y = _data((rows, 3), 30 + step, x_sbp, placement)
+        oe.zero_grad()
+        losses = []
+        for k in range(n):
+            loss = ((me(_micro(x, k, n)) - _micro(y, k, n)) ** 2).mean()
+            (loss / n).backward()
+            losses.append(loss.detach())
+        oe.step()
+        got = g(x, y)
+        _same_global(got, flow.stack(losses))
+    for (name, pe), pg in zip(me.named_parameters(), mg.parameters()):
+        assert pg.sbp == pe.sbp, name
+        np.testing.assert_allclose(pg.numpy(), pe.numpy(), err_msg=name, **TOL)
+    return g
+
+
+@pytest.mark.parametrize("kind, n", [("sgd", 2), ("adam", 4)])
+def test_data_parallel_gradient_accumulation_equals_the_eager_recipe(kind, n):
+    g = _train_acc(kind, lambda p: _mlp(p), (S(0),), n)
+    job = g._last.job
+    # the micro-batches are slices of the pieces: no boxing before the forward, and the
+    # P gradients of the B parameters are summed as P and all-reduced once per step
+    sends = [op for op in job.ops if op.op_type == "boxing"
+             and ": slice on" not in boxing_text(op, job)]  # B -> S is a local slice
+    assert len(sends) == len(list(g.model.parameters())), str(job)
+    assert all(op.micro_batch is None and "P -> B: all_reduce" in boxing_text(op, job)
+               for op in sends), str(job)
+    assert [op.op_type for op in job.ops].count("micro_batch") == 2 * n
+
+
+def test_tensor_parallel_gradient_accumulation_equals_the_eager_recipe():
+    _train_acc("adam", lambda p: _mlp(p, tp=True), (B,), 2)
+
+
+@four
+def test_2d_grid_gradient_accumulation_equals_the_eager_recipe():
+    _train_acc("sgd", lambda p: _mlp(p, grid=True), (S(0), B), 2, grid=True)
+
+
+def test_gradient_accumulation_refuses_pieces_it_cannot_cut_on_every_rank():
+    m = _mlp()
+    g = AccGraph(m, _optimizer("sgd", m.parameters()), 2)
+    rows = 2 * WORLD + 2  # even, but rank 0's piece has 3 rows
+    x, y = _data((rows, 6), 1, (S(0),)), _data((rows, 3), 2, (S(0),))
+    with pytest.raises(ValueError, match=r"rank 0's piece of tensor argument 0 .* has 3 rows"):
+        g(x, y)
 
 
 # -- forward: boxing nodes, conversions, pieces -------------------------------------------
@@ -229,6 +312,36 @@ def test_the_plan_holds_this_ranks_pieces():
     assert any(t.shape == mine for t in descs), plan
     assert f"{list(mine)} of [5, 3]" in str(plan), plan
     assert any(op.op_type == "boxing" for task in plan.tasks for op in task.ops)
+
+
+def test_point_to_point_messages_are_tagged_per_register_and_piece(monkeypatch):
+    from sbpflow.sbp import boxing
+
+    q = flow.placement("cpu", list(reversed(range(WORLD))))  # the same ranks, reordered
+    x = _data((4 * WORLD, 3), 12, (S(0),))
+    g = EvalGraph(lambda self, x: (x.to_global(q, S(0)) * 2, (x + 1).to_global(q, S(0))))
+    g(x)  # compile
+    world = comm.world()
+    sent = []
+
+    def send(buf, dest, tag=0, _send=type(world).send):
+        sent.append(tag)
+        return _send(world, buf, dest, tag)
+
+    monkeypatch.setattr(world, "send", send)  # the routes call world.send: a redistribution
+    rt = g._last.runner
+    registers = [t.produced[0] for t in rt.plan.tasks if t.kind == "boxing"]
+    assert len(registers) == 2, rt.plan
+    for _ in range(3):
+        piece = rt._pieces
+        sent.clear()
+        got = g(x)
+        want = {boxing.graph_tag(r, piece) for r in registers}
+        # every message tagged with its boxing task's register and this call's instance
+        assert sent and set(sent) == want and len(want) == 2, (sent, want)
+        _same_global(got[0], x.to_global(q, S(0)) * 2)
+        _same_global(got[1], (x + 1).to_global(q, S(0)))
+    assert boxing.graph_tag(registers[0], 0) != boxing.graph_tag(registers[0], 1)
 
 
 def test_delays_on_some_ranks_change_nothing():

@@ -320,8 +320,8 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "grad_acc_check.py"
 
 def test_two_ranks_each_running_its_own_graph_with_accumulation():
     """SPMD over local tensors: each rank trains its own graph on its own batches, equal to
-    the eager recipe on that rank.  (Data parallelism over global tensors needs graphs over
-    global tensors, which come with the multi-rank Plan.)"""
+    the eager recipe on that rank.  (Data parallelism over global tensors with accumulation:
+    tests/graph/graph_global_check.py.)"""
     import re
 
     from tests.mpijob import mpiexec_cmd, run_job
@@ -333,23 +333,28 @@ def test_two_ranks_each_running_its_own_graph_with_accumulation():
     assert job.strays == 0
 
 
-def test_accumulation_over_global_tensors_is_refused_naming_the_setting():
+@pytest.mark.parametrize("sbp", ["split", "broadcast"])
+def test_accumulation_over_global_tensors_on_one_rank_equals_the_eager_recipe(sbp):
+    """A graph over global tensors on placement [0] (one rank), S(0) or B batches: the
+    micro-batches are the pieces' slices, and training equals eager global's recipe.  (Two
+    and four ranks: tests/graph/graph_global_check.py.)"""
     p = flow.placement("cpu", [0])
-    model = flow.nn.Linear(4, 2).to_global(p, flow.sbp.broadcast)
+    x_sbp = flow.sbp.split(0) if sbp == "split" else flow.sbp.broadcast
 
-    class G(flow.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.1))
-            self.config.set_gradient_accumulation_steps(2)
+    def model():
+        return _model("mlp").to_global(p, flow.sbp.broadcast)
 
-        def build(self, x):
-            loss = self.model(x).sum()
-            loss.backward()
-            return loss
-
-    x = flow.randn(4, 4).to_global(p, flow.sbp.split(0))
-    with pytest.raises(NotImplementedError, match=r"set_gradient_accumulation_steps\(2\)\) over "
-                                                  r"global tensors is not supported yet"):
-        G()(x)
+    n = 2
+    m1, m2 = model(), model()
+    o1 = OPTS["adam"](m1.parameters())
+    g = AccGraph(m2, OPTS["adam"](m2.parameters()), n)
+    for x, y in _data():
+        x, y = x.to_global(p, x_sbp), y.to_global(p, x_sbp)
+        el, eo = _eager_call(m1, o1, x, y, n)
+        gl, go = g(x, y)
+        assert gl.is_global and gl.shape == (n,) and go.sbp == (x_sbp,)
+        np.testing.assert_allclose(gl.numpy(), el, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(go.numpy(), eo, rtol=1e-6, atol=1e-6)
+    _same(_state(m2), _state(m1))
+    kinds = [op.op_type for op in g._last.job.ops]
+    assert kinds.count("micro_batch") == 2 * n and kinds.count("micro_batch_pack") == 2

@@ -2,7 +2,9 @@
 
 - `boxing`: the eager boxing route (`sbp.boxing.route`) between the two (placement, nd-SBP)
   ends, run as the task body: the same collectives and copies eager mode runs, on this
-  rank's piece.  Every rank of the route runs the Job's boxing nodes in the Job's order, so
+  rank's piece; its point-to-point messages are tagged per (register, piece)
+  (`boxing.graph_tag`: the `register` attr the compiler gives a boxing task's op, and the
+  job instance).  Every rank of the route runs the Job's boxing nodes in the Job's order, so
   the collectives are issued in one order, fixed by the Plan, on every rank.
 - `local_to_global`: this rank's local tensor becomes its piece; a B axis of the target takes
   the piece of the first rank along it (a broadcast), as eager `to_global` does.  With
@@ -28,18 +30,19 @@ def _resolve_boxing(node, job):
     in_src, in_dst = sp.has(rank), dp.has(rank)
     state = {}
 
-    def kernel(ctx, x, **_attrs):  # the node attrs (both ends) were read above
+    def kernel(ctx, x, register=0, **_attrs):  # the node attrs (both ends) were read above
         route = state.get("route")
         if route is None:
             route = state["route"] = boxing.route(ctx.logical_in[0], sp, ss, dp, ds)
         if rank not in route.participants():
             return ctx.prims.empty(ctx.out_metas[0].shape, ctx.out_metas[0].dtype)
         local = np.require(x, requirements="C") if in_src else None
-        out = route.run(local, comm.world())
+        out = route.run(local, comm.world(), boxing.graph_tag(register, ctx.instance))
         if not in_dst:
             return ctx.prims.empty(ctx.out_metas[0].shape, ctx.out_metas[0].dtype)
         return out
 
+    kernel.uses_instance = True  # ctx.instance: the job instance, for the messages' tags
     return kernel
 
 

@@ -29,21 +29,39 @@ optimizer runs on the accumulated gradient):
 - Only training graphs accumulate (the front end refuses the setting on a graph without an
   optimizer, where OneFlow silently ignores it).
 
+Global tensors (data parallelism, OneFlow's lazy global mode): a rank's micro-batch is the
+k-th n-th of *its own piece* along axis 0, as OneFlow's unpack and eager DDP's recipe cut it
+(each rank splits its share of the batch): micro-batch k of an S(0) input is the global
+tensor of the same placement and SBP whose pieces are those slices, so no rank sends a row.
+For a B, P or S(i>0) input that is the logical slice itself.  Every rank's piece must be n
+times its micro-batch piece (the front end checks it and names the rank).  Pack is the
+inverse, per piece: an S(0) output's pieces are each rank's micro-batch pieces concatenated,
+so its rows come back in the input's order.  The gradients add up as in eager (each
+micro-batch's P gradient of a B parameter is summed as P, and boxed once, for the update).
+With global tensors the micro-batches of a mini-batch group other rows than logical slices
+would (rank r's k-th slice, for every r): the accumulated gradient of a loss that averages
+over rows is the same, but row-coupled ops (BatchNorm's statistics) see per-rank groups, as
+in eager DDP.
+
 How: the Job (traced on micro-batch shapes) is rewritten into
 
     inputs (now of mini-batch shape), variables
-    micro-batch 0:  narrow(input, 0, 0, m) ...  forward copy 0  backward 0 (seed 1/n)
-    micro-batch 1:  narrow(input, 0, m, m) ...  forward copy 1  backward 1  acc += grads
+    micro-batch 0:  micro_batch(input; index=0) ...  forward copy 0  backward 0 (seed 1/n)
+    micro-batch 1:  micro_batch(input; index=1) ...  forward copy 1  backward 1  acc += grads
     ...
-    pack (cat / stack) of each output's n copies, outputs
+    micro_batch_pack (cat / stack) of each output's n copies, outputs
+
+`micro_batch` and `micro_batch_pack` are this pass's op types (kernels in
+`ir.KERNEL_RESOLVERS`; SBP: the input's, unchanged): on each rank they slice and join the
+rank's pieces, which for local tensors is `narrow` and `cat`/`stack`.
 
 The micro-batch index is part of every op of micro-batch i (its name ends in `@mb<i>`, and
 its random ops are draws of their own), distinct from the call number (the runtime's piece).
 Because backward i comes right after forward i, memory planning sees micro-batch i's
 activations die before micro-batch i+1 starts, so the plan's peak is that of one
-micro-batch plus the accumulated gradients.  The slices are views (narrow) of the input, not
-copies.  `job.stats["micro_batches"]` (and so the Plan's stats) records n.  The autograd pass
-sees the flag and leaves the Job alone: this pass differentiates each micro-batch with
+micro-batch plus the accumulated gradients.  The slices are views of the input, not copies.
+`job.stats["micro_batches"]` (and so the Plan's stats) records n.  The autograd pass sees the
+flag and leaves the Job alone: this pass differentiates each micro-batch with
 `autograd.differentiate`.
 """
 
@@ -51,8 +69,12 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..._core.meta import TensorMeta
 from ...ops import registry
+from ...sbp import layout
+from .. import ir
 from ..ir import Job
 from ..trace import Trace
 from . import autograd
@@ -69,13 +91,6 @@ def run(job: Job) -> None:
     n = steps(job)
     if n == 1:
         return
-    if any(t.is_global for t in job.tensors.values()):
-        # The micro-batches of a split batch are not pieces of it: the unpacking would have
-        # to be traced through the SBP inference (narrow of an S(0) tensor boxes it).
-        raise NotImplementedError(
-            f"Job {job.name}: gradient accumulation (set_gradient_accumulation_steps({n})) "
-            "over global tensors is not supported yet; it works for graphs of local tensors, "
-            "on one rank and as each rank's own program (SPMD) under several")
     inputs = job.inputs()
     for op in inputs:
         t = job.tensors[op.outputs[0]]
@@ -95,9 +110,9 @@ def run(job: Job) -> None:
         t = job.tensors[op.outputs[0]]
         micro[t.name] = t.meta
         t.meta = TensorMeta((t.shape[0] * n, *t.shape[1:]), t.dtype)
+        _check_pieces(job, t, micro[t.name], n, f"input {op.attrs['index']}")
     job.ops = list(shared)
     variables = [op for op in shared if op.op_type == "variable"]
-    narrow = registry.get("narrow")
 
     carried: dict[str, str] = {}  # variable tensor -> value the previous micro-batch wrote
     copies: list[dict[str, str]] = []  # per micro-batch: traced tensor -> its copy
@@ -109,13 +124,10 @@ def run(job: Job) -> None:
         start = len(job.ops)
         for op in inputs:
             src = op.outputs[0]
-            meta = micro[src]
-            m = meta.shape[0]
             lt = job.tensors[src]
-            piece = job.add_tensor(meta, lt.placement, lt.sbp, name=f"{src}{tag}",
+            piece = job.add_tensor(micro[src], lt.placement, lt.sbp, name=f"{src}{tag}",
                                    is_global=lt.is_global).name
-            job.add_op("narrow", (src,), (piece,),
-                       narrow.bind_attrs({"dim": 0, "start": k * m, "length": m}),
+            job.add_op("micro_batch", (src,), (piece,), {"index": k, "steps": n},
                        name=f"{op.name}-unpack{tag}", micro_batch=k)
             rename[src] = piece
         writes: dict[str, str] = {}
@@ -154,15 +166,22 @@ def run(job: Job) -> None:
         if src not in packed:
             parts = [c.get(src, src) for c in copies]
             lt = template.get(src) or job.tensors[src]
-            kind = "stack" if not lt.shape else "cat"
-            opdef = registry.get(kind)
-            attrs = opdef.bind_attrs({"dim": 0})
-            (meta,) = opdef.meta(tuple(job.tensors[p].meta for p in parts), attrs)
+            if any(job.tensors[p].placement != lt.placement or job.tensors[p].sbp != lt.sbp
+                   for p in parts):
+                raise NotImplementedError(
+                    f"Job {job.name}: output {op.attrs['index']} of build() is not on one "
+                    "placement and SBP in every micro-batch; gradient accumulation packs the "
+                    "micro-batches' pieces as they are")
+            meta = TensorMeta((n,) if not lt.shape else (lt.shape[0] * n, *lt.shape[1:]),
+                              lt.dtype)
+            if lt.shape:
+                _check_pieces(job, lt, lt.meta, n, f"output {op.attrs['index']}",
+                              whole=meta)
             packed[src] = job.add_tensor(meta, lt.placement, lt.sbp,
                                          name=job.new_name(f"{src}-pack"),
                                          is_global=lt.is_global).name
-            job.add_op(kind, parts, (packed[src],), attrs, op.scope, op.loc,
-                       name=f"{op.name}-pack")
+            job.add_op("micro_batch_pack", parts, (packed[src],),
+                       {"stack": not lt.shape}, op.scope, op.loc, name=f"{op.name}-pack")
         job.add_op("output", (packed[src],), (), dict(op.attrs), name=op.name)
     job.loss = all_losses
     job.grads = acc
@@ -188,3 +207,45 @@ def _tag(job: Job, ops, k: int) -> None:
         op.micro_batch = k
         for o in op.outputs:
             job.tensors[o].producer = op.name
+
+
+def _check_pieces(job: Job, t, micro: TensorMeta, n: int, what: str, whole=None) -> None:
+    """Every rank's piece of global tensor t (of meta `whole`, default t's) along axis 0 is
+    n times its piece of the micro-batch (meta `micro`): the micro-batches are slices of the
+    pieces."""
+    if not t.is_global:
+        return
+    whole = t.meta if whole is None else whole
+    for rank in t.placement.rank_list:
+        have = layout.local_shape(whole.shape, t.placement, t.sbp, rank)[0]
+        want = layout.local_shape(micro.shape, t.placement, t.sbp, rank)[0]
+        if have != n * want:
+            raise ValueError(
+                f"Job {job.name}: gradient accumulation ({n} micro-batches) cuts each rank's "
+                f"piece of {what} along axis 0 into {n}, but rank {rank} holds {have} rows of "
+                f"{whole.shape[0]} ({t.sbp} on {t.placement}), not {n} x {want}: use a batch "
+                f"that splits into {n} equal micro-batches on every rank")
+
+
+# -- kernels: on each rank, its pieces ---------------------------------------------------------
+def _resolve_micro_batch(node, job):
+    k, n = node.attrs["index"], node.attrs["steps"]
+
+    def kernel(ctx, x, **_attrs):
+        m = x.shape[0] // n
+        return x[k * m:(k + 1) * m]  # a view: ir.VIEW_OPS
+
+    kernel.view = True
+    return kernel
+
+
+def _resolve_micro_batch_pack(node, job):
+    def kernel(ctx, *parts, stack=False):
+        return np.stack(parts) if stack else np.concatenate(parts, axis=0)
+
+    return kernel
+
+
+ir.KERNEL_RESOLVERS["micro_batch"] = _resolve_micro_batch
+ir.KERNEL_RESOLVERS["micro_batch_pack"] = _resolve_micro_batch_pack
+ir.VIEW_OPS.add("micro_batch")

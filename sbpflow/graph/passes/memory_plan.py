@@ -90,8 +90,8 @@ def local_nbytes(t: ir.LogicalTensor, rank: int) -> int:
 
 
 def _is_view(op_type: str) -> bool:
-    if op_type in ir.KERNEL_RESOLVERS:  # the compiler treats these as computing ops
-        return False
+    if op_type in ir.KERNEL_RESOLVERS:  # declared by the pass that makes them
+        return op_type in ir.VIEW_OPS
     try:
         return registry.get(op_type).view
     except KeyError:
