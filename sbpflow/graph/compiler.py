@@ -232,8 +232,11 @@ def _cut_step(segments, assigns, inputs, results, tensors, mem_bytes, copy_input
     holds the tensors later segments (or the outputs) read, in a fixed order; ids follow the
     Job's order, so every rank derives the same ones from the same Job.  The segments share
     the step's memory block (its offsets were planned over the whole step).  An assign goes to
-    the segment where the Job placed it, or to a later one that still reads the variable's
-    old value (directly or through a view)."""
+    the segment that makes its value (so an update can write its variable in place), or to a
+    later one that still reads the variable's old value (directly or through a view), but
+    never past where the Job placed it unless a reader comes later.  Tensors that alias a
+    variable are handed from segment to segment by reference: no segment after the assign
+    reads the old value."""
     n = len(segments)
     seg_of: dict[str, int] = {}  # op name -> segment
     starts = []
@@ -259,20 +262,23 @@ def _cut_step(segments, assigns, inputs, results, tensors, mem_bytes, copy_input
                 var = root_var.get(t)
                 if var is not None:
                     last_reader[var] = k
-    placed: list[list] = [[] for _ in range(n)]
-    for var, value, at in assigns:
-        k = 0
-        while k + 1 < n and starts[k + 1] < at:
-            k += 1
-        k = max(k, last_reader.get(var, 0))
-        local = max(0, min(at - starts[k], len(segments[k][1])))
-        placed[k].append((var, value, local))
-    # what each boundary must carry: tensors read after it, made at or before it
-    made: dict[str, int] = {t: -1 for t in inputs}
+    made: dict[str, int] = {t: -1 for t in inputs}  # tensor -> segment that makes it
     for k, (_, ops) in enumerate(segments):
         for op in ops:
             for o in op.outputs:
                 made[o] = k
+    placed: list[list] = [[] for _ in range(n)]
+    for var, value, at in assigns:
+        job_k = 0
+        while job_k + 1 < n and starts[job_k + 1] < at:
+            job_k += 1
+        k = max(made.get(value, 0), last_reader.get(var, 0), 0)
+        if k < job_k:  # the segment that makes the value (e.g. an update): written there
+            local = len(segments[k][1])
+        else:
+            local = max(0, min(at - starts[k], len(segments[k][1])))
+        placed[k].append((var, value, local))
+    # what each boundary must carry: tensors read after it, made at or before it
     needed_after: list[list[str]] = [[] for _ in range(n)]
     reads: list[list[str]] = []
     for k, (_, ops) in enumerate(segments):

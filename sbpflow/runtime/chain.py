@@ -86,11 +86,43 @@ def link_op(desc, resolve=None) -> LinkedOp:
     return LinkedOp(desc, opdef.kernel, opdef.variadic, opdef.view, opdef.random)
 
 
+class StepFacts:
+    """What every chain of one plan needs to know about the whole step, found once.
+
+    - `aliases`: tensor -> the variable whose memory it may alias (variable ops' tensors and
+      views of them, in the tasks' order: a task's incoming tensors are made before it);
+    - `whole`: those of them that are a variable itself, not a view of it;
+    - `kept`: tensors that outlive the step's reads of their variable (step outputs, assign
+      values), so a chain snapshots them where they are made when they alias a variable;
+    - `outputs`: the step's outputs;
+    - `inputs_by_ref`: copy_in hands the caller's arrays on by reference (they stay unchanged
+      until the step is done), rather than refilling buffers of its register."""
+
+    def __init__(self, plan, linked: dict):
+        aliases: dict[str, str] = {}
+        kept = set(plan.outputs)
+        for task in plan.tasks:
+            kept.update(value for _, value, _ in task.assigns)
+            for op in task.ops:
+                if op.op_type == "variable":
+                    aliases[op.outputs[0]] = op.attrs["var"]
+                elif op.op_type not in STRUCTURAL and linked[op.name].view and op.inputs:
+                    var = aliases.get(op.inputs[0])
+                    if var is not None:
+                        aliases[op.outputs[0]] = var
+        self.aliases = aliases
+        self.whole = {t for t in aliases if not plan.tensors[t].view}
+        self.kept = kept
+        self.outputs = set(plan.outputs)
+        self.inputs_by_ref = all(rd.by_ref for rd in plan.registers
+                                 if plan.task(rd.producer).kind == "copy_in")
+
+
 class Chain:
     """The generated function of one compute task, and what its lines mean."""
 
     def __init__(self, task, plan, linked: dict, variables: dict, prims, block=None,
-                 rng_index=None, profile: bool = False):
+                 rng_index=None, profile: bool = False, facts: StepFacts | None = None):
         self.task = task
         self.profile = profile  # time every op (`op_times`); costs ~0.2 us per op
         self.filename = f"<sbpflow-chain-{next(_counter)}:{plan.name}:{task.name}>"
@@ -98,8 +130,9 @@ class Chain:
         self.planned: set[str] = set()  # tensors written into the memory block
         self.copied: set[str] = set()  # results copied inside the chain
         self.inplace_assigns: set[str] = set()  # variables their update kernel writes
+        facts = facts if facts is not None else StepFacts(plan, linked)
         self.source, env = self._generate(task, plan, linked, variables, prims, block,
-                                          rng_index or {})
+                                          rng_index or {}, facts)
         env["__name__"] = __name__  # the generated lines' module (warning filters)
         code = compile(self.source, self.filename, "exec")
         # So tracebacks show the generated lines.
@@ -119,7 +152,7 @@ class Chain:
         return op
 
     # -- code generation ---------------------------------------------------------------------
-    def _generate(self, task, plan, linked, variables, prims, block, rng_index):
+    def _generate(self, task, plan, linked, variables, prims, block, rng_index, facts):
         """(source, globals) of the chain's function: the step's lines in op order, with
         each assign and `del` where its analysis below put it."""
         env: dict = {"ec": prims.ensure_contiguous, "cp": prims.contiguous,
@@ -132,17 +165,22 @@ class Chain:
                 v = local[t] = f"v{len(local)}"
             return v
 
-        root_var, old_read = self._variable_aliases(task, linked)
         ins_names = [t for rid in task.consumed for t in plan.registers[rid].blobs]
+        root_var, old_read, whole = self._variable_aliases(task, linked, ins_names, facts)
         last = self._last_uses(task, ins_names)
         after, direct = self._place_assigns(task, plan, linked, variables, env, name_of, last,
-                                            root_var, old_read)
-        # Results that alias a variable are snapshotted where they are made (an assign may
-        # overwrite the variable later in the step); results that alias an input register
-        # slot (which the copy task refills) are copied at the end.
-        var_results = {t for t in task.results if plan.tensors[t].root == "variable"}
+                                            root_var, old_read, whole)
+        # Results that alias a variable and outlive the step's reads of it (outputs of the
+        # step, values of assigns) are snapshotted where they are made: an assign overwrites
+        # the variable.  Other results handed to a later task of the step stay references:
+        # the compiler places every assign after the last task reading the old value.
+        # Results that alias an input register slot are copied at the end when the slot is
+        # refilled behind them (a copy_in buffer) or the caller keeps them (step outputs).
+        var_results = {t for t in task.results
+                       if plan.tensors[t].root == "variable" and t in facts.kept}
         in_results = [t for t in dict.fromkeys(task.results)
-                      if plan.tensors[t].root == "input"]
+                      if plan.tensors[t].root == "input"
+                      and (t in facts.outputs or not facts.inputs_by_ref)]
         input_reshapes = self._input_reshapes(task, linked, ins_names)
 
         body: list[tuple[str, object]] = []  # (line, op or None)
@@ -180,10 +218,13 @@ class Chain:
         return "\n".join(lines) + "\n", env
 
     @staticmethod
-    def _variable_aliases(task, linked):
+    def _variable_aliases(task, linked, ins_names, facts):
         """(tensor -> the variable whose memory it may alias (a variable op's tensor, views of
-        it), variable -> position of the last op that reads its old value)."""
-        root_var: dict[str, str] = {}
+        it, or such a tensor handed in by an earlier task), variable -> position of the last
+        op that reads its old value, tensors that are a whole variable)."""
+        root_var = {t: facts.aliases[t] for t in ins_names if t in facts.aliases}
+        whole = {t for t in root_var if t in facts.whole}
+        old_read: dict[str, int] = {}
         for op in task.ops:
             if op.op_type == "variable":
                 root_var[op.outputs[0]] = op.attrs["var"]
@@ -191,7 +232,7 @@ class Chain:
                 var = root_var.get(op.inputs[0])
                 if var is not None:
                     root_var[op.outputs[0]] = var
-        old_read: dict[str, int] = {}
+        whole.update(op.outputs[0] for op in task.ops if op.op_type == "variable")
         for i, op in enumerate(task.ops):
             if op.op_type == "variable":  # binds the array: it reads too
                 old_read[op.attrs["var"]] = i
@@ -199,7 +240,7 @@ class Chain:
                 var = root_var.get(t)
                 if var is not None:
                     old_read[var] = i
-        return root_var, old_read
+        return root_var, old_read, whole
 
     @staticmethod
     def _last_uses(task, ins_names) -> dict[str, int]:
@@ -219,7 +260,7 @@ class Chain:
         return last
 
     def _place_assigns(self, task, plan, linked, variables, env, name_of, last, root_var,
-                       old_read):
+                       old_read, whole):
         """Where each assign's write goes: (op position -> lines to emit after it, value
         tensor -> assign index for values their kernel writes straight into the variable).
 
@@ -231,13 +272,12 @@ class Chain:
         end = len(task.ops)
         after: dict[int, list] = {}
         produced_at = {t: i for i, op in enumerate(task.ops) for t in op.outputs}
-        var_tensors = {op.outputs[0] for op in task.ops if op.op_type == "variable"}
         direct: dict[str, int] = {}
         for j, (var, value, pos) in enumerate(task.assigns):
             env[f"A{j}"] = variables[var]
             site = _AssignSite(var, value)
             if self._in_place_ok(task, plan, linked, variables, var, value, produced_at,
-                                 old_read, root_var, var_tensors, direct):
+                                 old_read, root_var, whole, direct):
                 direct[value] = j
                 self.inplace_assigns.add(var)
                 continue
@@ -370,7 +410,7 @@ class Chain:
 
     @staticmethod
     def _in_place_ok(task, plan, linked, variables, var, value, produced_at, old_read,
-                     root_var, var_tensors, direct) -> bool:
+                     root_var, whole, direct) -> bool:
         """Whether the kernel making `value` may write it straight into variable `var`: it
         allows aliasing, nothing reads the old value after it, it reads the old value (if at
         all) only with the variable's own layout, the value is not an output of the step, and
@@ -383,7 +423,7 @@ class Chain:
             return False
         if old_read.get(var, -1) > i:
             return False
-        if any(root_var.get(t) == var and t not in var_tensors for t in op.inputs):
+        if any(root_var.get(t) == var and t not in whole for t in op.inputs):
             return False  # a view of the variable: another layout of the memory written
         t = variables[var]
         meta = t._meta if t._gl is None else t._gl.local_meta

@@ -33,7 +33,7 @@ from .actor import (
     TickActor,
 )
 from .bus import EORD, START, MessageBus
-from .chain import STRUCTURAL, Chain, link_op
+from .chain import STRUCTURAL, Chain, StepFacts, link_op
 from .launch import GraphCall
 from .register import Register
 
@@ -88,6 +88,7 @@ class Runtime:
         self.chains: dict[str, Chain] = {}
         self.blocks: dict[str, np.ndarray] = {}
         self.source = self.sink = None
+        facts = StepFacts(plan, linked)
         regs, tr = self.registers, self.trace
         for task in plan.tasks:
             if task.kind == "source":
@@ -102,7 +103,8 @@ class Runtime:
                     if block is None:
                         block = self.blocks[key] = _block(plan, task)
                 chain = self.chains[task.name] = Chain(task, plan, linked, self.variables,
-                                                       prims, block, rng_index, profile)
+                                                       prims, block, rng_index, profile,
+                                                       facts)
                 actor = ComputeActor(task, regs, bus, chain, tr)
             elif task.kind == "copy_out":
                 actor = CopyOutActor(task, regs, bus, prims, self._picks(task), tr)

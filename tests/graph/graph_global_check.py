@@ -389,6 +389,61 @@ def test_the_step_is_cut_at_boxing_nodes_with_the_same_ids_on_every_rank():
     assert _same_on_every_rank(repr(order))
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_a_cut_step_hands_variables_on_by_reference_and_updates_them_in_place(kind):
+    """The tasks of a cut step hand variables and inputs on by reference (no snapshot, no
+    copy of a batch), and each update writes its parameter and states in place, in the task
+    that computes it; training still equals eager."""
+    g = _train(kind, lambda p: _mlp(p), (S(0),), steps=3)
+    rt = g._last.runner
+    assert len(rt.chains) > 2, rt.plan  # cut at the all-reduces
+    assert all(not c.copied for c in rt.chains.values()), {
+        name: c.copied for name, c in rt.chains.items() if c.copied}
+    written = set().union(*(c.inplace_assigns for c in rt.chains.values()))
+    assigned = {var for t in rt.plan.tasks for var, _, _ in t.assigns}
+    states = ("momentum",) if kind == "sgd" else ("m", "v")
+    tensors = {f"model.{name}{suffix}" for name, _ in g.model.named_parameters()
+               for suffix in ("",) + tuple(f"-{s}" for s in states)}
+    assert tensors <= assigned and tensors <= written, (sorted(assigned), sorted(written))
+    # left: the SGD first-step flag, Adam's step counts (scalars a small op computes)
+    assert all(v.endswith(("-first", "-step")) for v in assigned - written), assigned - written
+
+
+class StateGraph(TrainGraph):
+    def build(self, x, y):
+        w = self.model[0].weight
+        loss = ((self.model(x) - y) ** 2).mean()
+        loss.backward()
+        return loss, w, w.t(), x, x[1:]
+
+
+def test_a_cut_step_returns_old_values_of_variables_and_copies_of_its_inputs():
+    """Outputs that alias a variable or an input of a cut step (a parameter, a view of it,
+    the batch and a slice of it, handed through the tasks by reference) are the values at
+    the read: the step's update and a later change of the caller's batch leave them."""
+    me, mg = _mlp(), _mlp()
+    oe, og = _optimizer("sgd", me.parameters()), _optimizer("sgd", mg.parameters())
+    g = StateGraph(mg, og)
+    for step in range(3):
+        x = _data((8, 6), 40 + step, (S(0),))
+        y = _data((8, 3), 50 + step, (S(0),))
+        w_old = me[0].weight.detach().clone()
+        x_old = x.numpy().copy()
+        loss_e = ((me(x) - y) ** 2).mean()
+        oe.zero_grad()
+        loss_e.backward()
+        oe.step()
+        loss, w, wt, xo, xs = g(x, y)
+        x.mul_(0)  # the caller reuses its batch
+        _same_global(loss, loss_e)
+        np.testing.assert_allclose(w.numpy(), w_old.numpy(), **TOL)
+        np.testing.assert_allclose(wt.numpy(), w_old.numpy().T, **TOL)
+        np.testing.assert_array_equal(xo.numpy(), x_old)
+        np.testing.assert_array_equal(xs.numpy(), x_old[1:])
+        np.testing.assert_allclose(mg[0].weight.numpy(), me[0].weight.numpy(), **TOL)
+    assert len(g._last.runner.chains) > 2
+
+
 def test_threaded_actors_with_injected_delays_equal_eager():
     """Compute, copy and comm tasks on their own threads (threads='stream'), with a delay
     injected into one rank's boxing tasks: readiness differs between the ranks, the
