@@ -313,9 +313,24 @@ class Primitives:
         return np.transpose(x, perm)
 
     def reshape(self, x, shape):
-        """A view with a new shape; raises ValueError when the strides do not allow one."""
+        """x with a new shape: a view when the strides allow one, else a contiguous copy
+        (torch's reshape).  Kernels read their inputs through it, whatever their layout."""
         v = x.view()
-        v.shape = shape
+        try:
+            v.shape = shape
+        except AttributeError:  # e.g. the rows of a transpose or a slice with a step
+            return np.ascontiguousarray(x).reshape(shape)
+        return v
+
+    def view_shape(self, x, shape):
+        """A view of x with a new shape (torch's view); raises ValueError when the strides
+        do not allow one.  View ops use it; kernels that only read use `reshape`."""
+        v = x.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            raise ValueError(f"no view of shape {tuple(shape)} of strides "
+                             f"{x.strides}") from None
         return v
 
     def bitcast(self, x, dtype: DType):

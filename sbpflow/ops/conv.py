@@ -162,14 +162,6 @@ def _to(ctx, a, have: dt.DType, want: dt.DType):
     return a if have is want else ctx.prims.cast(a, want)
 
 
-def _reshape(ctx, a, shape):
-    """A reshaped view when strides allow one, else a reshaped contiguous copy."""
-    try:
-        return ctx.prims.reshape(a, tuple(shape))
-    except (ValueError, AttributeError):
-        return ctx.prims.reshape(ctx.prims.contiguous(a), tuple(shape))
-
-
 def _pad_spatial(ctx, x, pads, value):
     """Pad (or, for a negative `after`, crop) the trailing spatial axes of x."""
     n = len(pads)
@@ -217,7 +209,7 @@ def _grad_columns(ctx, g, g_shape, groups):
     """grad_output (N, O, *out) as (G, O/G, N * L), matching _im2col's column order."""
     nb, o = g_shape[:2]
     length = _prod(g_shape[2:])
-    gmat = _reshape(ctx, g, (nb, groups, o // groups, length))
+    gmat = ctx.prims.reshape(g, (nb, groups, o // groups, length))
     gmat = ctx.prims.contiguous(ctx.prims.permute(gmat, (1, 2, 0, 3)))
     return ctx.prims.reshape(gmat, (groups, o // groups, nb * length))
 
@@ -233,7 +225,7 @@ def _conv_kernel(ctx, x, w, stride=1, padding=0, dilation=1, groups=1):
     w = _to(ctx, w, wm.dtype, cdt)
     nb, o = xm.shape[0], wm.shape[0]
     cols = _im2col(ctx, x, xm.shape, kernel, stride, dilation, pads, groups)
-    wmat = _reshape(ctx, w, (groups, o // groups, wm.shape[1] * _prod(kernel)))
+    wmat = ctx.prims.reshape(w, (groups, o // groups, wm.shape[1] * _prod(kernel)))
     y = ctx.prims.matmul(wmat, cols)  # (G, O/G, N * L)
     y = ctx.prims.reshape(y, (groups, o // groups, nb, _prod(out)))
     y = ctx.prims.contiguous(ctx.prims.permute(y, (2, 0, 1, 3)))
@@ -258,10 +250,10 @@ def _conv_input_grad_kernel(ctx, g, w, input_size, stride=1, padding=0, dilation
     # padded gradient as rows of out_w * N contiguous elements (in the (N, ..., *out) order
     # the rows were out_w long, and NumPy's loop overhead per row dominated the col2im).
     length = _prod(out)
-    gmat = _reshape(ctx, g, (nb, groups, o // groups, length))
+    gmat = ctx.prims.reshape(g, (nb, groups, o // groups, length))
     gmat = ctx.prims.contiguous(ctx.prims.permute(gmat, (1, 2, 3, 0)))
     gmat = ctx.prims.reshape(gmat, (groups, o // groups, length * nb))
-    wmat = _reshape(ctx, w, (groups, o // groups, cg * _prod(kernel)))
+    wmat = ctx.prims.reshape(w, (groups, o // groups, cg * _prod(kernel)))
     cols = ctx.prims.matmul(ctx.prims.permute(wmat, (0, 2, 1)), gmat)  # (G, Cg*K, L*N)
     res = ctx.prims.fold(ctx.prims.reshape(cols, (groups * cg,) + kernel + out + (nb,)),
                          spatial, kernel, stride, dilation, pads)  # one loop, where it exists
@@ -279,7 +271,7 @@ def _conv_input_grad_kernel(ctx, g, w, input_size, stride=1, padding=0, dilation
                          out=region)
     # (G, Cg, *padded, N) -> (N, G * Cg, *padded), then the input's region
     dst = ctx.prims.permute(dst, (2 + n, 0, 1) + tuple(range(2, 2 + n)))
-    dst = _reshape(ctx, dst, (nb, groups * cg) + padded)
+    dst = ctx.prims.reshape(dst, (nb, groups * cg) + padded)
     res = _unpad_spatial(ctx, dst, pads, spatial)
     if res is dst:
         res = ctx.prims.contiguous(dst)
@@ -846,8 +838,8 @@ def _max_pool_grad_kernel(ctx, g, indices, input_size):
     spatial = ctx.out_metas[0].shape[2:]
     length = _prod(gm.shape[2:])
     dst = ctx.prims.full(lead + (_prod(spatial),), gm.dtype, 0)
-    ctx.prims.scatter(dst, 2, _reshape(ctx, indices, lead + (length,)),
-                      _reshape(ctx, g, lead + (length,)), "add")
+    ctx.prims.scatter(dst, 2, ctx.prims.reshape(indices, lead + (length,)),
+                      ctx.prims.reshape(g, lead + (length,)), "add")
     return ctx.prims.reshape(dst, lead + spatial)
 
 
@@ -864,8 +856,8 @@ def _max_pool_gather_meta(x, indices):
 def _max_pool_gather_kernel(ctx, x, indices):
     xm, im = ctx.in_metas
     lead = xm.shape[:2]
-    flat = _reshape(ctx, x, lead + (_prod(xm.shape[2:]),))
-    idx = _reshape(ctx, indices, lead + (_prod(im.shape[2:]),))
+    flat = ctx.prims.reshape(x, lead + (_prod(xm.shape[2:]),))
+    idx = ctx.prims.reshape(indices, lead + (_prod(im.shape[2:]),))
     return ctx.prims.reshape(ctx.prims.gather(flat, 2, idx), im.shape)
 
 
@@ -1234,10 +1226,10 @@ def _apply_per_axis(ctx, x, shape, matrices, cdt):
         lead, size, rest = _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
         if i == n - 1:  # last axis: (lead, size) @ (size, new)
             mt = ctx.prims.from_host(np.ascontiguousarray(m.T), cdt)
-            x = ctx.prims.matmul(_reshape(ctx, x, (lead, size)), mt)
+            x = ctx.prims.matmul(ctx.prims.reshape(x, (lead, size)), mt)
         else:  # (new, size) @ (size, lead * rest): one BLAS call (a broadcast matmul over
             # lead would run lead small products outside BLAS, ~20x slower)
-            xt = ctx.prims.permute(_reshape(ctx, x, (lead, size, rest)), (1, 0, 2))
+            xt = ctx.prims.permute(ctx.prims.reshape(x, (lead, size, rest)), (1, 0, 2))
             xt = ctx.prims.reshape(ctx.prims.contiguous(xt), (size, lead * rest))
             y = ctx.prims.matmul(ctx.prims.from_host(m, cdt), xt)
             x = ctx.prims.contiguous(ctx.prims.permute(
@@ -1429,7 +1421,7 @@ def _adaptive_max_kernel(ctx, x, output_size):
     lead = xm.shape[:2]
     host = _adaptive_index_map(spatial, out)
     index_map = ctx.prims.from_host(host, dt.int64)  # (L_out, K)
-    flat = _reshape(ctx, x, lead + (_prod(spatial),))
+    flat = ctx.prims.reshape(x, lead + (_prod(spatial),))
     vals = ctx.prims.index(flat, (slice(None), slice(None), index_map))  # (N, C, L_out, K)
     shape = lead + (host.shape[0],)
     # The running maximum of max pooling (see _max_pool_kernel): strictly greater or NaN wins.

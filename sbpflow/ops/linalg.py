@@ -499,17 +499,6 @@ def _einsum_meta(*operands, equation):
     return TensorMeta(tuple(spec.sizes[x] for x in spec.out), dtype)
 
 
-def _reshape(ctx, x, shape):
-    """A reshape that copies only when the array's strides do not allow a view."""
-    shape = tuple(shape)
-    if tuple(x.shape) == shape:
-        return x
-    try:
-        return ctx.prims.reshape(x, shape)
-    except (ValueError, AttributeError):
-        return ctx.prims.reshape(ctx.prims.contiguous(x), shape)
-
-
 class _Operand:
     """An array with one label per axis; `fresh` once it no longer aliases a kernel input."""
 
@@ -554,7 +543,7 @@ def _prepare(ctx, t: _Operand, sizes, needed) -> None:
             seen[x] = q
     drop = [i for i, x in enumerate(t.labels) if t.x.shape[i] == 1 and sizes[x] != 1]
     if drop:
-        t.x = _reshape(ctx, t.x, [n for i, n in enumerate(t.x.shape) if i not in drop])
+        t.x = ctx.prims.reshape(t.x, [n for i, n in enumerate(t.x.shape) if i not in drop])
         t.labels = [x for i, x in enumerate(t.labels) if i not in drop]
     _sum_out(ctx, t, {x for x in t.labels if x not in needed})
 
@@ -574,10 +563,10 @@ def _contract(ctx, a: _Operand, b: _Operand, keep) -> _Operand:
                (a_sizes, [a.size(x) for x in summed], b_sizes))
     xa = ctx.prims.permute(a.x, tuple(a.labels.index(x) for x in batch + a_only + summed))
     xb = ctx.prims.permute(b.x, tuple(b.labels.index(x) for x in batch + summed + b_only))
-    xa = _reshape(ctx, xa, batch_shape + [m, k])
-    xb = _reshape(ctx, xb, batch_shape + [k, n])
+    xa = ctx.prims.reshape(xa, batch_shape + [m, k])
+    xb = ctx.prims.reshape(xb, batch_shape + [k, n])
     out = ctx.prims.matmul(xa, xb)
-    out = _reshape(ctx, out, batch_shape + a_sizes + b_sizes)
+    out = ctx.prims.reshape(out, batch_shape + a_sizes + b_sizes)
     return _Operand(out, batch + a_only + b_only, fresh=True)
 
 

@@ -185,24 +185,17 @@ def _matrix(key: tuple, transpose: bool = False) -> np.ndarray:
     return m
 
 
-def _reshape(ctx, a, shape):
-    try:
-        return ctx.prims.reshape(a, tuple(shape))
-    except (ValueError, AttributeError):
-        return ctx.prims.reshape(ctx.prims.contiguous(a), tuple(shape))
-
-
 def _matmul_axis(ctx, x, shape, axis, m, cdt):
     """Multiply axis `axis` of x (shape `shape`) by host matrix m (new, size)."""
     lead, size, rest = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
     if axis == len(shape) - 1:  # (lead, size) @ (size, new)
-        y = ctx.prims.matmul(_reshape(ctx, x, (lead, size)),
+        y = ctx.prims.matmul(ctx.prims.reshape(x, (lead, size)),
                              ctx.prims.from_host(np.ascontiguousarray(m.T), cdt))
     else:
         # (new, size) @ (size, lead * rest) as one GEMM, the axis moved to the front and back:
         # NumPy runs a matrix broadcast against a stack of matrices without BLAS, ~20x slower
         # than the two copies.
-        xt = ctx.prims.permute(_reshape(ctx, x, (lead, size, rest)), (1, 0, 2))
+        xt = ctx.prims.permute(ctx.prims.reshape(x, (lead, size, rest)), (1, 0, 2))
         xt = ctx.prims.reshape(ctx.prims.contiguous(xt), (size, lead * rest))
         y = ctx.prims.matmul(ctx.prims.from_host(m, cdt), xt)
         y = ctx.prims.permute(ctx.prims.reshape(y, (m.shape[0], lead, rest)), (1, 0, 2))

@@ -45,8 +45,8 @@ def _reshape_meta(name):
 
 def _view_kernel(ctx, x, shape):
     try:
-        return ctx.prims.reshape(x, ctx.out_metas[0].shape)
-    except (ValueError, AttributeError):
+        return ctx.prims.view_shape(x, ctx.out_metas[0].shape)
+    except ValueError:
         raise op_error(
             "view",
             "view size is not compatible with input tensor's size and stride (at least one "
@@ -56,12 +56,12 @@ def _view_kernel(ctx, x, shape):
 
 def _view_direct(ctx, attrs):
     """specialize: the reshape primitive with the output shape bound."""
-    shape, reshape = ctx.out_metas[0].shape, ctx.prims.reshape
+    shape, view_shape = ctx.out_metas[0].shape, ctx.prims.view_shape
 
     def fn(x):
         try:
-            return reshape(x, shape)
-        except (ValueError, AttributeError):
+            return view_shape(x, shape)
+        except ValueError:
             return _view_kernel(ctx, x, shape)  # raises the op's error
 
     return fn
@@ -181,7 +181,7 @@ def _view_dtype_meta(x, dtype):
 
 def _view_dtype_kernel(ctx, x, dtype):
     if dtype == ctx.in_metas[0].dtype:
-        return ctx.prims.reshape(x, ctx.out_metas[0].shape)
+        return ctx.prims.view_shape(x, ctx.out_metas[0].shape)
     try:
         return ctx.prims.bitcast(x, dtype)
     except ValueError:
@@ -383,8 +383,8 @@ def _reshape_view_kernel(name):
 
     def kernel(ctx, x, **attrs):
         try:
-            return ctx.prims.reshape(x, ctx.out_metas[0].shape)
-        except (ValueError, AttributeError):
+            return ctx.prims.view_shape(x, ctx.out_metas[0].shape)
+        except ValueError:
             raise op_error(name, "view size is not compatible with input tensor's size and "
                            "stride; use reshape() instead") from None
 
@@ -741,8 +741,8 @@ def _diagonal_view_kernel(ctx, x, offset=0, dim1=0, dim2=1):
     for a, b, off in ((d1, d2, offset), (d2, d1, -offset)):
         moved = ctx.prims.permute(x, tuple(rest) + (a, b))
         try:
-            merged = ctx.prims.reshape(moved, lead + (xm.shape[a] * xm.shape[b],))
-        except (ValueError, AttributeError):
+            merged = ctx.prims.view_shape(moved, lead + (xm.shape[a] * xm.shape[b],))
+        except ValueError:
             continue
         step = xm.shape[b] + 1
         start = max(-off, 0) * xm.shape[b] + max(off, 0)
