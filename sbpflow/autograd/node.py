@@ -121,7 +121,10 @@ class OpNode(Node):
         self.attrs = attrs
         name = _NODE_NAMES.get(opdef.name)
         if name is None:
-            name = _NODE_NAMES[opdef.name] = _camel(opdef.name) + "Backward0"
+            if opdef.node_name is not None:  # torch's name depends on the call
+                name = opdef.node_name(*in_metas, **attrs)
+            else:
+                name = _NODE_NAMES[opdef.name] = _camel(opdef.name) + "Backward0"
         self._name = name
         # Only what the grad rule reads (OpDef.saves) stays alive; the rest is None, so a
         # chain like `h = h + 1` keeps no intermediate storage (as torch's AddBackward).

@@ -200,6 +200,26 @@ def _slice_direct(ctx, attrs):
     return lambda x: slice_(x, key)
 
 
+def _slice_node_name(x, key):
+    """torch's node name for x[key]: after its last step that does something (an int
+    selects, None unsqueezes, a slice that keeps less than its whole axis slices); a key of
+    whole slices only is an alias.  A key of one slice always slices (torch's x[:] and
+    x[0:n] are SliceBackward0: it skips whole slices only in a tuple of several)."""
+    if len(key) == 1 and key[0][0] == "slice":
+        return "SliceBackward0"
+    name, axis = "AliasBackward0", 0
+    for e in expand_key("slice", key, x.ndim):
+        if e[0] == "int":
+            name = "SelectBackward0"
+        elif e[0] == "none":
+            name = "UnsqueezeBackward0"
+            continue
+        elif _slice_bounds(e, x.shape[axis]) != (0, x.shape[axis], 1):
+            name = "SliceBackward0"
+        axis += 1
+    return name
+
+
 register(OpDef(
     "slice",
     inputs=("input",),
@@ -211,6 +231,7 @@ register(OpDef(
     saves=(),
     grad=lambda ctx, g: (op("slice_grad", g, key=ctx.attrs["key"], shape=ctx.in_metas[0].shape),),
     sbp=_slice_sbp,
+    node_name=_slice_node_name,
     reference=lambda torch, x, key: x[numpy_key(key, x.ndim)],
     samples=_slice_samples,
     view=True,

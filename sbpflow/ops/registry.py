@@ -208,6 +208,10 @@ class OpDef:
     # (an optimizer update's parameters).  Signature inference takes them as they are when
     # a declared signature allows it: a parameter is never moved to suit its update.
     keeps_sbp: Callable[..., Any] | None = None
+    # Optional: node_name(*in_metas, **attrs) -> the name of the op's autograd nodes where
+    # torch's depends on the call (x[0] is SelectBackward0, x[1:] SliceBackward0); without it
+    # the name follows the op's (add -> AddBackward0).
+    node_name: Callable[..., str] | None = None
 
     def __post_init__(self):
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")

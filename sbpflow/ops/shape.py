@@ -642,6 +642,7 @@ register(OpDef(
     saves=(),
     grad=_narrow_grad,
     sbp=_narrow_sbp,
+    node_name=lambda x, **attrs: "SliceBackward0",  # torch narrows by slicing
     reference="narrow",
     samples=lambda rng: [Sample(_rand(rng, 4, 3), dim=0, start=1, length=2),
                          Sample(_rand(rng, 2, 5), dim=-1, start=-3, length=3),

@@ -100,6 +100,15 @@ GET_KEYS = {
     "float_list_truncates": lambda L: [1.7, 0.2],
     "later_ellipses_are_empty": lambda L: (Ellipsis, 0, Ellipsis),
     "ellipsis_none_ellipsis": lambda L: (Ellipsis, None, Ellipsis),
+    "range_and_tensor": lambda L: (range(3), L.tensor([0, 2, 1])),  # Forward-Forward's
+    "range_only": lambda L: range(1, 3),
+    "range_after_slice": lambda L: (slice(None), range(0, 4, 2)),
+    "whole_slice": lambda L: slice(None),
+    "whole_bounds_bare": lambda L: slice(0, 3),
+    "whole_bounds_in_tuple": lambda L: (slice(None), slice(0, 4)),
+    "slice_then_whole": lambda L: (slice(1, 3), slice(None)),
+    "int_then_whole": lambda L: (0, slice(None), slice(0, 5)),
+    "none_then_whole": lambda L: (None, slice(None)),
 }
 
 
@@ -110,6 +119,8 @@ def test_getitem_matches_torch(name):
     make = GET_KEYS[name]
     yf, yt = xf[make(flow)], xt[make(torch)]
     _same(yf, yt, name)
+    # torch's node names: x[0] selects, x[1:] slices, x[None] unsqueezes, x[[0]] indexes
+    assert yf.grad_fn.name() == yt.grad_fn.name(), (name, yf.grad_fn, yt.grad_fn)
     assert _is_view(yf) == _is_view(yt), f"{name}: view {_is_view(yf)} vs torch {_is_view(yt)}"
     if _is_view(yt):
         _same_layout(yf, yt, name)
@@ -184,6 +195,9 @@ SET_CASES = {
                           lambda L: L.tensor([[1.0], [2.0]], dtype=L.float64)),
     "python_true": (lambda L: True, lambda L: 4.0),
     "negative_index_list": (lambda L: [-1], lambda L: 8.0),
+    "range_and_tensor": (lambda L: (range(3), L.tensor([0, 2, 1])), lambda L: 1.0),
+    "range_values": (lambda L: (range(3), 1), lambda L: L.tensor([[1.0] * 5] * 3,
+                                                                  dtype=L.float64)),
 }
 
 

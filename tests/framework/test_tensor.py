@@ -292,6 +292,38 @@ def test_factories_default_dtypes(dtype):
         assert name_of(f.dtype) == name_of(t.dtype) and f.tolist() == t.tolist()
 
 
+SIZE_CALLS = {
+    "zeros": lambda L, **kw: L.zeros(**kw),
+    "ones": lambda L, **kw: L.ones(**kw),
+    "empty": lambda L, **kw: L.empty(**kw),
+    "randn": lambda L, **kw: L.randn(**kw),
+    "rand": lambda L, **kw: L.rand(**kw),
+    "new_zeros": lambda L, **kw: L.ones(2, dtype=L.float64).new_zeros(**kw),
+    "new_ones": lambda L, **kw: L.ones(2, dtype=L.float64).new_ones(**kw),
+    "new_empty": lambda L, **kw: L.ones(2, dtype=L.float64).new_empty(**kw),
+}
+
+
+@pytest.mark.parametrize("name", list(SIZE_CALLS))
+@pytest.mark.parametrize("size", [(2, 3), [4], (), (0, 2)])
+def test_factories_take_size_as_a_keyword(name, size):
+    f, t = SIZE_CALLS[name](flow, size=size), SIZE_CALLS[name](torch, size=size)
+    assert tuple(f.shape) == tuple(t.shape) and name_of(f.dtype) == name_of(t.dtype)
+    if name in ("zeros", "ones", "new_zeros", "new_ones"):
+        assert f.tolist() == t.tolist()
+
+
+@pytest.mark.parametrize("name", ["zeros", "ones", "empty", "randn"])
+def test_factories_refuse_size_twice_and_unknown_keywords_as_torch(name):
+    for kw in ({"size": (2,)}, {"sizes": (2,)}):
+        with pytest.raises(TypeError) as theirs:
+            getattr(torch, name)(2, **kw)
+        with pytest.raises(TypeError) as ours:
+            getattr(flow, name)(2, **kw)
+        if name != "randn":  # torch's randn lists its overloads instead
+            assert str(ours.value) == str(theirs.value)
+
+
 # -- views share storage ---------------------------------------------------------------------
 def _views(x):
     """Programs making a view of x, identical for torch and sbpflow."""

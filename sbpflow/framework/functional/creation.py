@@ -162,22 +162,25 @@ def full(size, fill_value, *, dtype=None, device=None,
     return _finish(t, requires_grad)
 
 
-def zeros(*size, dtype=None, device=None,
-          placement=None, sbp=None, requires_grad=False) -> Tensor:
-    return full(shape_args("zeros", size), 0, dtype=_factory_dtype(dtype), device=device,
+def zeros(*size, dtype=None, device=None, placement=None, sbp=None,
+          requires_grad=False, **kw) -> Tensor:
+    """zeros(2, 3), zeros((2, 3)) or zeros(size=(2, 3))."""
+    return full(_size_kw("zeros", size, kw), 0, dtype=_factory_dtype(dtype), device=device,
                 placement=placement, sbp=sbp, requires_grad=requires_grad)
 
 
-def ones(*size, dtype=None, device=None,
-         placement=None, sbp=None, requires_grad=False) -> Tensor:
-    return full(shape_args("ones", size), 1, dtype=_factory_dtype(dtype), device=device,
+def ones(*size, dtype=None, device=None, placement=None, sbp=None, requires_grad=False,
+         **kw) -> Tensor:
+    """ones(2, 3), ones((2, 3)) or ones(size=(2, 3))."""
+    return full(_size_kw("ones", size, kw), 1, dtype=_factory_dtype(dtype), device=device,
                 placement=placement, sbp=sbp, requires_grad=requires_grad)
 
 
-def empty(*size, dtype=None, device=None,
-          placement=None, sbp=None, requires_grad=False, memory_format=None) -> Tensor:
-    return zeros(*size, dtype=dtype, device=device, placement=placement, sbp=sbp,
-                 requires_grad=requires_grad)
+def empty(*size, dtype=None, device=None, placement=None, sbp=None, requires_grad=False,
+          memory_format=None, **kw) -> Tensor:
+    """empty(2, 3), empty((2, 3)) or empty(size=(2, 3)) (zero-filled here)."""
+    return full(_size_kw("empty", size, kw), 0, dtype=_factory_dtype(dtype), device=device,
+                placement=placement, sbp=sbp, requires_grad=requires_grad)
 
 
 def _like(fn):
@@ -243,7 +246,7 @@ def _size(op: str, args, size):
     """The size of f(*size) or f(size=...): f(2, 3), f((2, 3)), f([2, 3]), f(Size)."""
     if size is not None:
         if args:
-            raise TypeError(f"{op}(): got multiple values for argument 'size'")
+            raise TypeError(f"{op}() got multiple values for argument 'size'")
         args = (size,)
     return shape_args(op, args)
 
@@ -295,8 +298,10 @@ def eye(n, m=None, *, dtype=None, device=None,
 
 # -- random -----------------------------------------------------------------------------------
 def _size_kw(op: str, size, kw):
-    if set(kw) - {"size"}:
-        raise TypeError(f"{op}(): got an unexpected keyword argument '{next(iter(kw))}'")
+    """The size of a factory that takes `size=` besides its named keywords (torch's)."""
+    unknown = [k for k in kw if k != "size"]
+    if unknown:
+        raise TypeError(f"{op}() got an unexpected keyword argument '{unknown[0]}'")
     return _size(op, size, kw.get("size"))
 
 

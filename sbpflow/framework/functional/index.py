@@ -75,7 +75,8 @@ def _treat_as_tuple(seq) -> bool:
     if len(seq) >= 32:
         return False
     return any(
-        x is None or x is Ellipsis or isinstance(x, (slice, Tensor, list, tuple, np.ndarray))
+        x is None or x is Ellipsis
+        or isinstance(x, (slice, Tensor, list, tuple, range, np.ndarray))
         for x in seq)
 
 
@@ -133,7 +134,7 @@ def _classify(k, device):
         return _tensor_item(k)
     if isinstance(k, (int, np.integer)):
         return "int", int(k), 1
-    if isinstance(k, (list, tuple, np.ndarray)):
+    if isinstance(k, (list, tuple, range, np.ndarray)):  # range: a sequence, as in torch
         return _tensor_item(_index_tensor(k, device))
     raise IndexError(
         "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are "
