@@ -81,4 +81,6 @@ from ._globals import (  # noqa: E402
 )
 from .amp.autocast_mode import get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from . import special  # noqa: E402  (torch.special)
+from . import sparse  # noqa: E402  (torch.sparse)
+from .framework.tensor import sparse_coo  # noqa: E402  (torch.sparse_coo)
 from . import distributions  # noqa: E402  (torch.distributions)

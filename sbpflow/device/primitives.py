@@ -308,6 +308,14 @@ class Primitives:
                 return np.matmul(a, b, out=self.allocator.empty(shape, a.dtype))
         return _arr(np.matmul(a, b))
 
+    def coo_matmul(self, rows, cols, values, n_rows: int, dense):
+        """A sparse COO matrix (entries values[k] at (rows[k], cols[k]), duplicates summed;
+        n_rows rows, dense.shape[0] columns) times a dense matrix: a SciPy CSR product."""
+        import scipy.sparse as sp
+
+        a = sp.csr_matrix((values, (rows, cols)), shape=(n_rows, dense.shape[0]))
+        return _arr(np.asarray(a @ dense, dtype=np.result_type(values, dense)))
+
     # -- layout (views share memory with their input) -------------------------------------
     def permute(self, x, perm):
         return np.transpose(x, perm)

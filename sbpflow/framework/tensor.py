@@ -74,7 +74,8 @@ _MEMORY_FORMATS = {m.name: m for m in (contiguous_format, preserve_format, chann
 
 
 class layout:  # noqa: N801 - torch's name
-    """torch.layout: sbpflow's tensors are all dense and strided."""
+    """torch.layout: dense tensors are strided; sparse COO tensors (functional/sparse.py)
+    are sparse_coo."""
 
     __slots__ = ("name",)
 
@@ -85,10 +86,11 @@ class layout:  # noqa: N801 - torch's name
         return f"sbpflow.{self.name}"
 
     def __reduce__(self):
-        return "strided"
+        return self.name  # this module's global of that name
 
 
 strided = layout("strided")
+sparse_coo = layout("sparse_coo")
 
 
 def check_memory_format(op: str, t: Tensor, fmt) -> None:
@@ -303,8 +305,8 @@ class Tensor:
     def is_meta(self) -> bool:
         return self._device.type == "meta"
 
-    layout = property(lambda self: strided, doc="sbpflow.strided: every tensor is dense")
-    is_sparse = property(lambda self: False, doc="False: sbpflow has dense tensors only")
+    layout = property(lambda self: strided, doc="sbpflow.strided: a dense tensor")
+    is_sparse = property(lambda self: False, doc="False: a dense tensor (see SparseTensor)")
     is_sparse_csr = property(lambda self: False, doc="False: sbpflow has dense tensors only")
     is_quantized = property(lambda self: False, doc="False: sbpflow has no quantized tensors")
     is_mkldnn = property(lambda self: False, doc="False: no MKL-DNN layout")

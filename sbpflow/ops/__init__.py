@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     resample,
     rnn,
     shape,
+    sparse,
 )
 from .registry import Attr, KernelContext, OpDef, Sample, get, list_ops, op, register
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._core.dtype import DType, as_dtype, bool_, get_default_dtype
 from .._core.errors import op_error
-from .._core.meta import TensorMeta
+from .._core.meta import SparseMeta, TensorMeta
 from ..sbp import P
 
 _REQUIRED = object()
@@ -357,6 +357,13 @@ class OpDef:
             key, hit = None, None
         if hit is not None:
             return hit
+        for m in in_metas:
+            if type(m) is SparseMeta:
+                raise NotImplementedError(
+                    f"{self.name}: sparse COO tensors are not supported by this op in sbpflow "
+                    "(they support to_dense, coalesce, indices, values, sparse.mm / spmm / @, "
+                    "sparse.sum, addition, scalar multiplication, t and to); call "
+                    ".to_dense() first")
         out = self.infer_meta(*in_metas, **attrs)
         if isinstance(out, TensorMeta):
             out = (out,)

@@ -4,7 +4,8 @@ Each program under `programs/` is a plain PyTorch script written the way its ori
 LSTM language model with packed sequences, a DCGAN, a sub-pixel super-resolution net, the MNIST
 CNN and LSTM classifiers, a VAE, LSTMCell time-sequence prediction with LBFGS, polynomial
 regression, a Transformer language model, a nanoGPT-style character GPT, makemore's bigram and
-MLP models, and a GRU char-rnn), a few steps each. The test runs it twice in fresh interpreters:
+MLP models, a GRU char-rnn, and the GCN example's model over a sparse COO adjacency), a few
+steps each. The test runs it twice in fresh interpreters:
 once with the real torch, and once under `sbpflow.mock_torch`, where every `import torch...`
 resolves to sbpflow. The two runs must print the same losses.
 """
@@ -21,7 +22,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = ["lstm_lm", "dcgan", "super_resolution", "mnist_cnn", "mnist_rnn", "vae",
-            "time_sequence", "regression", "transformer_lm", "nanogpt", "makemore", "char_rnn"]
+            "time_sequence", "regression", "transformer_lm", "nanogpt", "makemore", "char_rnn",
+            "gcn"]
 _UNDER_SBPFLOW = (
     "import runpy, sys, sbpflow.mock_torch as m; m.enable(); "
     "assert __import__('torch').__name__ == 'sbpflow'; "

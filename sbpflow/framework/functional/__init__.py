@@ -23,10 +23,11 @@ from . import (
     reduce,
     resample,
     shape,
+    sparse,
 )
 
 _FAMILIES = (conversion, creation, elementwise, linalg, reduce, shape, index, nn, conv, resample,
-             fused)
+             fused, sparse)
 _NN_FAMILIES = (nn, conv, resample, fused)
 _TOP_LEVEL_NN = {
     "relu", "relu_", "selu", "selu_", "celu", "celu_", "rrelu", "rrelu_", "prelu",

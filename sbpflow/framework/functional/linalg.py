@@ -17,13 +17,22 @@ import numpy as np
 from ...ops.linalg import LinAlgError
 from ..tensor import Tensor
 from ._base import call, inplace_method
+from .sparse import SparseTensor, sparse_mm
 
 
 def matmul(input, other):
+    if type(input) is SparseTensor:
+        return sparse_mm(input, other)
+    if type(other) is SparseTensor:
+        return other.__rmatmul__(input)
     return call("matmul", input, other)
 
 
 def mm(input, mat2):
+    if type(input) is SparseTensor:
+        return sparse_mm(input, mat2)
+    if type(mat2) is SparseTensor:
+        return mat2.__rmatmul__(input)
     return call("mm", input, mat2)
 
 
