@@ -114,6 +114,17 @@ class Placement:
     def __hash__(self):
         return self._hash
 
+    def __reduce__(self):
+        """Pickles by value (OneFlow's placements do): unpickling checks the ranks against
+        the job it lands in."""
+        return (Placement, (self.type, self.ranks))
+
+    def __copy__(self):
+        return self  # immutable
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __repr__(self):
         return f'sbpflow.placement(type="{self.type}", ranks={self.ranks})'
 

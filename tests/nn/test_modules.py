@@ -183,6 +183,16 @@ def test_load_state_dict_reports_keys():
         net.load_state_dict({"weight": flow.zeros(3, 3), "bias": flow.zeros(2)})
 
 
+def test_load_state_dict_takes_numpy_arrays_as_oneflow_does():
+    net = nn.Linear(3, 2)
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1.0, -1.0], np.float32)
+    net.load_state_dict({"weight": w.T.copy().T, "bias": b})  # a non-contiguous array too
+    np.testing.assert_array_equal(net.weight.detach().numpy(), w)
+    np.testing.assert_array_equal(net.bias.detach().numpy(), b)
+    with pytest.raises(RuntimeError, match="size mismatch for weight"):
+        net.load_state_dict({"weight": np.zeros((3, 3), np.float32), "bias": b})
+
+
 def test_hooks_buffers_and_to_dtype():
     net = nn.Linear(3, 2)
     calls = []

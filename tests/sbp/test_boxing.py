@@ -68,6 +68,22 @@ def test_placement_repr_equality_hash(world_of):
         p.type = "mock"
 
 
+def test_placements_pickle_and_copy_by_value(world_of):
+    """OneFlow's placements pickle, copy and deepcopy (modules holding one deepcopy them)."""
+    import copy
+    import pickle
+
+    world_of(4)
+    for p in (placement("cpu", [0, 1]), placement("cpu", [[0, 1], [2, 3]])):
+        back = pickle.loads(pickle.dumps(p))
+        assert back == p and hash(back) == hash(p) and back.hierarchy == p.hierarchy
+        assert copy.copy(p) is p and copy.deepcopy({"p": p})["p"] is p
+    data = pickle.dumps(placement("cpu", [0, 3]))
+    world_of(1)  # a placement naming ranks this job lacks does not unpickle silently
+    with pytest.raises(ValueError, match="out of range"):
+        pickle.loads(data)
+
+
 def test_placement_hierarchy_and_groups(world_of):
     world_of(4)
     grid = placement("cpu", [[0, 1], [2, 3]])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict, namedtuple
 
+import numpy as np
+
 from ...autograd import no_grad
 from ...framework.parameter import Parameter
 from ...framework.tensor import Tensor
@@ -437,6 +439,10 @@ class Module:
                     missing.append(key)
                     continue
                 src = state_dict[key]
+                if isinstance(src, np.ndarray):  # OneFlow loads NumPy arrays too
+                    from ...framework.functional.creation import from_numpy
+
+                    src = from_numpy(np.ascontiguousarray(src))
                 if not isinstance(src, Tensor):
                     errors.append(f'While copying the parameter named "{key}", expected '
                                   f"torch.Tensor or Tensor-like object from checkpoint but "
