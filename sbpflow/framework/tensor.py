@@ -255,6 +255,11 @@ class Tensor:
             st = _contiguous_strides(self._meta.shape)
         return st if dim is None else st[dim]
 
+    def is_view(self) -> bool:
+        """OneFlow's Tensor.is_view(): whether this tensor shares another's memory as a view
+        (its `_base` is that tensor)."""
+        return self._base is not None
+
     def is_contiguous(self, memory_format=None) -> bool:
         fmt = memory_format
         if fmt is None or fmt is contiguous_format:

@@ -121,6 +121,14 @@ def _cast(d):
     return lambda self, memory_format=None: to(self, d)
 
 
+def cast(input: Tensor, dtype) -> Tensor:
+    """OneFlow's flow.cast(input, dtype): the tensor converted to dtype (itself if it has it,
+    as Tensor.to)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"cast(): argument 'input' must be Tensor, not {type(input).__name__}")
+    return input.to(dtype)
+
+
 METHODS = {
     "clone": clone, "to": to, "type_as": type_as, "copy_": copy_, "fill_": fill_,
     "zero_": lambda self: fill_(self, 0),
@@ -135,4 +143,4 @@ METHODS = {
     "new": _new,
 }
 
-__all__ = ["clone", "fill", "fill_", "is_same_size", "is_signed", "zero_"]
+__all__ = ["cast", "clone", "fill", "fill_", "is_same_size", "is_signed", "zero_"]

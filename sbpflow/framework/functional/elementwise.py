@@ -724,6 +724,22 @@ _FUNCTIONS.update({
     "sinc": sinc, "deg2rad": deg2rad, "rad2deg": rad2deg, "ldexp": ldexp,
     "nextafter": nextafter, "gcd": gcd, "lcm": lcm,
 })
+
+
+def exp2(input: Tensor) -> Tensor:
+    """2 ** x, elementwise; an integer input gives the default float dtype, as torch."""
+    if not input.dtype.is_floating_point:
+        input = input.to(dt.get_default_dtype())
+    return exp(input * math.log(2.0))
+
+
+def erfc(input: Tensor) -> Tensor:
+    """1 - erf(x).  Composed, so for x > ~4 (float32) it underflows to 0 where torch's
+    dedicated kernel keeps the tiny tail value."""
+    return 1.0 - erf(input)
+
+
+_FUNCTIONS.update({"exp2": exp2, "erfc": erfc})
 _OUT_OF_PLACE_ONLY.update({
     "isclose": isclose, "allclose": allclose, "equal": equal, "isposinf": isposinf,
     "isneginf": isneginf, "isreal": isreal, "signbit": signbit, "logaddexp": logaddexp,
@@ -767,7 +783,8 @@ for _name in _TOP_LEVEL_INPLACE:
     globals()[_name + "_"] = METHODS[_name + "_"]
 __all__ += [n + "_" for n in _TOP_LEVEL_INPLACE]
 __all__ += [
-    "allclose", "copysign", "deg2rad", "equal", "isin", "frexp", "gcd", "heaviside", "hypot",
+    "allclose", "copysign", "deg2rad", "equal", "erfc", "exp2", "isin", "frexp", "gcd",
+    "heaviside", "hypot",
     "isclose", "isneginf", "isposinf", "isreal", "lcm", "ldexp", "logaddexp", "logaddexp2",
     "nextafter", "poisson", "rad2deg", "signbit", "sinc", "xlogy",
 ]

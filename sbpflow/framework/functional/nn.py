@@ -1170,6 +1170,9 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
 
 METHODS = {
     "relu": _relu_method,
+    # OneFlow's Tensor methods of three activations (torch has only the functions)
+    "mish": lambda self: mish(self), "selu": lambda self: selu(self),
+    "silu": lambda self: silu(self),
     "relu_": relu_,
     "softmax": lambda self, dim, dtype=None: call("softmax", self, dim=dim, dtype=dtype),
     "log_softmax": lambda self, dim, dtype=None: call("log_softmax", self, dim=dim,
