@@ -134,7 +134,9 @@ class Optimizer:
         self.param_groups: list[dict[str, Any]] = []
         param_groups = list(params)
         if len(param_groups) == 0:
-            raise ValueError("optimizer got an empty parameter list")
+            # torch refuses an empty list; OneFlow takes it (one empty group, steps do
+            # nothing), and OneFlow programs build optimizers over modules that may have none
+            param_groups = [{"params": []}]
         if not isinstance(param_groups[0], dict):
             param_groups = [{"params": param_groups}]
         for group in param_groups:
