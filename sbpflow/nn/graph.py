@@ -889,6 +889,10 @@ def _hyper(kind, group) -> dict:
                 if kind == "adagrad" else ("lr_power", "initial_accumulator_value", "lambda1",
                                            "lambda2", "beta", "weight_decay"))
         return {k: (bool(group[k]) if k == "maximize" else _scalar(group[k])) for k in keys}
+    if not group.get("do_bias_correction", True):
+        raise NotImplementedError(
+            "nn.Graph optimizer pass: Adam(do_bias_correction=False) is not supported in a "
+            "graph yet (its update op always corrects); it works in eager mode")
     b1, b2 = group["betas"]
     return {"beta1": _scalar(b1), "beta2": _scalar(b2), "eps": _scalar(group["eps"]),
             "weight_decay": _scalar(group["weight_decay"]),
@@ -900,7 +904,7 @@ def _hyper(kind, group) -> dict:
 _HYPER_KEYS = ("momentum", "dampening", "nesterov", "weight_decay", "maximize", "betas", "eps",
                "amsgrad", "decoupled_weight_decay", "clip_grad_max_norm",
                "clip_grad_norm_type", "lr_decay", "initial_accumulator_value", "lr_power",
-               "lambda1", "lambda2", "beta")
+               "lambda1", "lambda2", "beta", "do_bias_correction")
 
 
 # -- the call key ---------------------------------------------------------------------------

@@ -27,7 +27,8 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  amsgrad=False, *, foreach=None, maximize=False, capturable=False,
-                 differentiable=False, fused=None, decoupled_weight_decay=False):
+                 differentiable=False, fused=None, decoupled_weight_decay=False,
+                 do_bias_correction=True):
         if not 0.0 <= _scalar(lr):
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -47,6 +48,10 @@ class Adam(Optimizer):
             "capturable": capturable, "differentiable": differentiable, "fused": fused,
             "decoupled_weight_decay": decoupled_weight_decay,
         }
+        if not do_bias_correction:
+            # OneFlow's switch: no 1 - beta^t corrections of the moments (a group may set
+            # it too).  Stored only when off, so a default group is torch's, key for key.
+            defaults["do_bias_correction"] = False
         super().__init__(params, defaults)
         self._host = _HostScalars()
 
@@ -70,8 +75,8 @@ class Adam(Optimizer):
         False, with nothing done, where it doesn't apply."""
         amsgrad = bool(group["amsgrad"])
         grads = [p.grad for p in params]
-        if not _foreach_ok(params + grads):
-            return False
+        if not group.get("do_bias_correction", True) or not _foreach_ok(params + grads):
+            return False  # the multi-tensor op always corrects: the per-parameter path
         keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if amsgrad else ("exp_avg",
                                                                              "exp_avg_sq")
         blocks = []
@@ -118,8 +123,11 @@ class Adam(Optimizer):
                     grad = grad.add(p, alpha=weight_decay)
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            bias_correction1 = 1 - beta1**step
-            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            if group.get("do_bias_correction", True):
+                bias_correction1 = 1 - beta1**step
+                bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            else:
+                bias_correction1 = bias_correction2_sqrt = 1.0
             step_size = lr / bias_correction1
             if amsgrad:
                 max_exp_avg_sq = state["max_exp_avg_sq"]
@@ -135,11 +143,11 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, foreach=None, capturable=False,
-                 differentiable=False, fused=None):
+                 differentiable=False, fused=None, do_bias_correction=True):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
                          maximize=maximize, capturable=capturable,
                          differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True)
+                         decoupled_weight_decay=True, do_bias_correction=do_bias_correction)
 
     def _fix_loaded_groups(self) -> None:
         super()._fix_loaded_groups()

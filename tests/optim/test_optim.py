@@ -271,3 +271,45 @@ def test_repr_lists_groups():
     w = flow.tensor([1.0], requires_grad=True)
     text = repr(optim.SGD([w], lr=0.1))
     assert text.startswith("SGD (\nParameter Group 0\n") and "    lr: 0.1\n" in text
+
+
+@pytest.mark.parametrize("foreach", [None, False])
+def test_adam_without_bias_correction_as_oneflow(foreach):
+    """OneFlow's Adam(do_bias_correction=False): m / (sqrt(v) + eps) with no 1 - beta^t
+    corrections (checked against NumPy), per group; a graph refuses it by name."""
+    rng = np.random.default_rng(3)
+    w0, grads = rng.standard_normal(4), [rng.standard_normal(4) for _ in range(3)]
+    w = flow.tensor(w0.copy(), requires_grad=True)
+    other = flow.tensor(w0.copy(), requires_grad=True)
+    opt = optim.Adam([{"params": [w], "do_bias_correction": False}, {"params": [other]}],
+                     lr=0.1, betas=(0.8, 0.9), eps=1e-8, foreach=foreach)
+    m = v = np.zeros(4)
+    want = w0.copy()
+    for g in grads:
+        w.grad, other.grad = flow.tensor(g), flow.tensor(g)
+        opt.step()
+        m, v = 0.8 * m + 0.2 * g, 0.9 * v + 0.1 * g * g
+        want = want - 0.1 * m / (np.sqrt(v) + 1e-8)
+    np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-12)
+    ref = torch.tensor(w0.copy(), requires_grad=True)  # the other group: torch's Adam
+    topt = torch.optim.Adam([ref], lr=0.1, betas=(0.8, 0.9), eps=1e-8)
+    for g in grads:
+        ref.grad = torch.tensor(g)
+        topt.step()
+    np.testing.assert_allclose(other.detach().numpy(), ref.detach().numpy(), rtol=1e-12)
+
+    model = flow.nn.Linear(2, 1)
+
+    class G(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(optim.Adam(model.parameters(), do_bias_correction=False))
+
+        def build(self, x):
+            loss = self.model(x).sum()
+            loss.backward()
+            return loss
+
+    with pytest.raises(NotImplementedError, match="do_bias_correction=False"):
+        G()(flow.ones(3, 2))
