@@ -23,6 +23,7 @@ from .optimizer import Optimizer
 
 __all__ = [
     "ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+    "CosineDecayLR",
     "CyclicLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
     "MultiplicativeLR", "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau", "SequentialLR", "StepLR",
 ]
@@ -406,6 +407,39 @@ class CosineAnnealingLR(LRScheduler):
 
     def _get_closed_form_lr(self) -> list:
         return self._closed(self.last_epoch)
+
+
+class CosineDecayLR(LRScheduler):
+    """OneFlow's cosine decay: lr = initial_lr * ((1 - alpha) * (1 + cos(pi * step /
+    decay_steps)) / 2 + alpha) for step < decay_steps, then initial_lr * alpha (OneFlow's
+    `last_step` is torch's `last_epoch`)."""
+
+    def __init__(self, optimizer: Optimizer, decay_steps: int, alpha: float = 0.0,
+                 last_step: int = -1, verbose: bool = False) -> None:
+        if not isinstance(decay_steps, int) or decay_steps <= 0:
+            raise ValueError(f"decay_steps must greater than zero, but got {decay_steps}")
+        if verbose:
+            raise NotImplementedError("CosineDecayLR(verbose=True) is not supported in "
+                                      "sbpflow: read get_last_lr()")
+        self.decay_steps = decay_steps
+        self.alpha = alpha
+        super().__init__(optimizer, last_step)
+
+    @property
+    def last_step(self) -> int:
+        return self.last_epoch
+
+    def get_lr(self) -> list:
+        self._warn_if_called_outside_step()
+        return self._get_closed_form_lr()
+
+    def _get_closed_form_lr(self) -> list:
+        if self.last_epoch < self.decay_steps:
+            cos = 0.5 * (1.0 + math.cos(math.pi * self.last_epoch / self.decay_steps))
+            factor = (1.0 - self.alpha) * cos + self.alpha
+        else:
+            factor = self.alpha
+        return [b * factor for b in self.base_lrs]
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):

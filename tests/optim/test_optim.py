@@ -313,3 +313,21 @@ def test_adam_without_bias_correction_as_oneflow(foreach):
 
     with pytest.raises(NotImplementedError, match="do_bias_correction=False"):
         G()(flow.ones(3, 2))
+
+
+def test_oneflow_cosine_decay_lr():
+    """OneFlow's CosineDecayLR, against its documented formula."""
+    w = flow.tensor([1.0], requires_grad=True)
+    opt = optim.SGD([w], lr=0.5)
+    sched = optim.lr_scheduler.CosineDecayLR(opt, decay_steps=4, alpha=0.1)
+    got = []
+    for _ in range(7):
+        got.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    want = [0.5 * ((0.9 * 0.5 * (1 + np.cos(np.pi * s / 4)) + 0.1) if s < 4 else 0.1)
+            for s in range(7)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert sched.last_step == 7 and sched.get_last_lr() == [opt.param_groups[0]["lr"]]
+    with pytest.raises(ValueError, match="decay_steps"):
+        optim.lr_scheduler.CosineDecayLR(opt, decay_steps=0)
