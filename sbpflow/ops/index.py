@@ -30,6 +30,8 @@ only metas and kernels must not raise for bad user input.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._core import dtype as dt
@@ -200,6 +202,7 @@ def _slice_direct(ctx, attrs):
     return lambda x: slice_(x, key)
 
 
+@functools.lru_cache(maxsize=1024)  # once per (meta, key): it runs per recorded slice
 def _slice_node_name(x, key):
     """torch's node name for x[key]: after its last step that does something (an int
     selects, None unsqueezes, a slice that keeps less than its whole axis slices); a key of

@@ -166,7 +166,8 @@ class Chain:
             return v
 
         ins_names = [t for rid in task.consumed for t in plan.registers[rid].blobs]
-        root_var, old_read, whole = self._variable_aliases(task, linked, ins_names, facts)
+        root_var, whole = facts.aliases, facts.whole  # the plan-wide aliases of variables
+        old_read = self._old_reads(task, root_var)
         last = self._last_uses(task, ins_names)
         after, direct = self._place_assigns(task, plan, linked, variables, env, name_of, last,
                                             root_var, old_read, whole)
@@ -218,21 +219,10 @@ class Chain:
         return "\n".join(lines) + "\n", env
 
     @staticmethod
-    def _variable_aliases(task, linked, ins_names, facts):
-        """(tensor -> the variable whose memory it may alias (a variable op's tensor, views of
-        it, or such a tensor handed in by an earlier task), variable -> position of the last
-        op that reads its old value, tensors that are a whole variable)."""
-        root_var = {t: facts.aliases[t] for t in ins_names if t in facts.aliases}
-        whole = {t for t in root_var if t in facts.whole}
+    def _old_reads(task, root_var) -> dict[str, int]:
+        """variable -> position of the last op of the task that reads its old value (through
+        the variable op, a view of it, or such a tensor handed in by an earlier task)."""
         old_read: dict[str, int] = {}
-        for op in task.ops:
-            if op.op_type == "variable":
-                root_var[op.outputs[0]] = op.attrs["var"]
-            elif op.op_type not in STRUCTURAL and linked[op.name].view and op.inputs:
-                var = root_var.get(op.inputs[0])
-                if var is not None:
-                    root_var[op.outputs[0]] = var
-        whole.update(op.outputs[0] for op in task.ops if op.op_type == "variable")
         for i, op in enumerate(task.ops):
             if op.op_type == "variable":  # binds the array: it reads too
                 old_read[op.attrs["var"]] = i
@@ -240,7 +230,7 @@ class Chain:
                 var = root_var.get(t)
                 if var is not None:
                     old_read[var] = i
-        return root_var, old_read, whole
+        return old_read
 
     @staticmethod
     def _last_uses(task, ins_names) -> dict[str, int]:
